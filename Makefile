@@ -1,0 +1,38 @@
+# Tidemark. `make demo` runs the bounded end-to-end scenario; `make test` runs the test suite.
+# Both set up the environment first (venv, pinned requirements, cached jars) if needed.
+.DEFAULT_GOAL := help
+VENV := .venv/bin
+PYTEST_ARGS ?=
+
+.PHONY: help setup demo test test-fast lint format clean
+
+help:
+	@echo "make demo       bounded end-to-end run: generate, stream, reconcile, report"
+	@echo "make test       the full test suite (unit, Spark integration, crash/kill tests)"
+	@echo "make test-fast  unit tests only (no JVM)"
+	@echo "make lint       ruff check + format check"
+	@echo "make setup      venv + pinned requirements + JVM jar cache (run by the others)"
+	@echo "make clean      remove var/ (demo and local runs), keep the venv and jar cache"
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(VENV)/tidemark demo
+
+test: setup
+	$(VENV)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(VENV)/python -m pytest -m "not spark and not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/ruff check spark_jobs tests dags plugins
+	$(VENV)/ruff format --check spark_jobs tests dags plugins
+
+format: setup
+	$(VENV)/ruff format spark_jobs tests dags plugins
+	$(VENV)/ruff check --fix spark_jobs tests dags plugins
+
+clean:
+	rm -rf var

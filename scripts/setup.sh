@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One-time set-up: Python 3.11 venv with the pinned requirements, Java 17 check, JVM jars cached
+# under .cache/jars (from Maven Central through the machine's Maven). Re-running is cheap: each
+# step is skipped when its inputs have not changed. After it, jobs and tests need no network.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "setup: error: $*" >&2; exit 1; }
+say() { echo "setup: $*"; }
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; Tidemark needs Python 3.11 (set PYTHON=/path/to/python3.11)"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+  || die "$PYTHON is $("$PYTHON" -V 2>&1); Tidemark needs Python 3.11"
+
+JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
+command -v "$JAVA" >/dev/null 2>&1 || die "java not found; install Java 17 (e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
+java_version=$("$JAVA" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')
+[ "${java_version%%.*}" = "17" ] || die "java is version ${java_version:-unknown}; Spark 4.1 here is set up for Java 17 (set JAVA_HOME to a JDK 17)"
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating virtual environment .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.tidemark-requirements.sha256
+want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing pinned requirements (a few minutes the first time)"
+  .venv/bin/pip install --quiet --upgrade pip wheel setuptools
+  .venv/bin/pip install --quiet -r requirements.txt
+  .venv/bin/pip install --quiet --no-deps -e .
+  .venv/bin/pip check
+  echo "$want" > "$stamp"
+else
+  say "requirements up to date"
+fi
+
+if ! .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; cached_jars()' 2>/dev/null; then
+  command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the Delta and Kafka jars once (apt-get install maven)"
+  say "fetching JVM jars into .cache/jars"
+  mvn -q -B -f scripts/jars/pom.xml \
+    org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+    -DoutputDirectory="$PWD/.cache/jars" >/dev/null
+fi
+.venv/bin/python -c 'from tidemark.sparkenv import cached_jars; print("setup: jars:", " ".join(j.name for j in cached_jars()))'
+say "ready"

@@ -1,0 +1,392 @@
+"""``tidemark``: the command line.
+
+Sub-commands: ``generate`` (write a synthetic scenario), ``stream`` (the exactly-once streaming
+job), ``reconcile`` (batch recompute-and-diff), ``demo`` (all three, bounded, on the embedded
+default). Errors in input or config end the command with one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tidemark.config import ConfigError, PipelineConfig, load_config
+from tidemark.timeutil import format_instant_ms, parse_instant_ms
+
+EXIT_USAGE = 2
+EXIT_MISALIGNED = 3
+
+
+def _echo(message: str) -> None:
+    print(message, flush=True)
+
+
+def _instant(text: str) -> int:
+    try:
+        return parse_instant_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# generate
+# ---------------------------------------------------------------------------------------------
+
+
+def _add_scenario_options(p: argparse.ArgumentParser, defaults) -> None:
+    g = p.add_argument_group("scenario")
+    g.add_argument(
+        "--hosts",
+        type=int,
+        default=defaults.hosts,
+        help="number of source hosts (default %(default)s)",
+    )
+    g.add_argument(
+        "--minutes",
+        type=int,
+        default=defaults.minutes,
+        help="event-time span in minutes (default %(default)s)",
+    )
+    g.add_argument(
+        "--rate",
+        type=int,
+        default=defaults.events_per_host_per_minute,
+        help="events per host per minute (default %(default)s)",
+    )
+    g.add_argument(
+        "--keys",
+        default=",".join(defaults.keys),
+        help="comma-separated event keys (default %(default)s)",
+    )
+    g.add_argument(
+        "--lag-share",
+        type=_fraction,
+        default=defaults.lag_share,
+        help="share of hosts that lag (default %(default)s)",
+    )
+    g.add_argument(
+        "--lag-minutes",
+        type=float,
+        default=defaults.lag_minutes,
+        help="how far lagging hosts lag, minutes (default %(default)s)",
+    )
+    g.add_argument(
+        "--duplicate-rate",
+        type=_fraction,
+        default=defaults.duplicate_rate,
+        help="share of records re-sent by a publisher retry, same event_id, landing 30 s-5 min later (default %(default)s)",
+    )
+    g.add_argument(
+        "--malformed-rate",
+        type=_fraction,
+        default=defaults.malformed_rate,
+        help="share of records followed by a malformed line (default %(default)s)",
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help="random seed; same seed, same files (default %(default)s)",
+    )
+    g.add_argument(
+        "--start",
+        type=_instant,
+        default=defaults.start_ms,
+        help="first event time, ISO-8601 or epoch ms, bounded mode only (default 2025-11-22T10:00:00Z)",
+    )
+    g.add_argument(
+        "--file-span",
+        type=int,
+        default=defaults.file_span_s,
+        help="seconds of arrival time per landing file (default %(default)s)",
+    )
+
+
+def _scenario_from(args):
+    from tidemark.generator import Scenario
+
+    try:
+        return Scenario(
+            hosts=args.hosts,
+            minutes=args.minutes,
+            events_per_host_per_minute=args.rate,
+            keys=tuple(k.strip() for k in args.keys.split(",") if k.strip()),
+            lag_share=args.lag_share,
+            lag_minutes=args.lag_minutes,
+            duplicate_rate=args.duplicate_rate,
+            malformed_rate=args.malformed_rate,
+            seed=args.seed,
+            start_ms=args.start,
+            file_span_s=args.file_span,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def cmd_generate(args) -> int:
+    from tidemark.generator import generate_files, generate_live
+
+    if args.out:
+        out = args.out
+    elif args.config:
+        cfg = load_config(args.config)
+        if cfg.source.kind != "files":
+            raise ConfigError(
+                f"config {args.config}: generate writes files; source.kind is {cfg.source.kind}"
+            )
+        out = cfg.source.path
+    else:
+        raise ConfigError("generate: give --out DIR or --config FILE (its source.path)")
+    scenario = _scenario_from(args)
+    started = time.monotonic()
+    total = scenario.hosts * scenario.minutes * scenario.events_per_host_per_minute
+    _echo(
+        f"generating {'live' if args.live else 'bounded'} scenario: {scenario.hosts:,} hosts x "
+        f"{scenario.minutes} min x {scenario.events_per_host_per_minute}/min = {total:,} events "
+        f"-> {out}"
+    )
+    fn = generate_live if args.live else generate_files
+    truth = fn(scenario, out, progress=_echo if args.verbose or args.live else None)
+    _echo(
+        f"wrote {truth.files} files, {truth.lines:,} lines: {truth.unique_events:,} unique events, "
+        f"{truth.duplicate_copies:,} retry copies, {truth.malformed_lines:,} malformed lines, "
+        f"{len(scenario.lagging_hosts())} lagging hosts ({time.monotonic() - started:.1f}s)"
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# stream / reconcile
+# ---------------------------------------------------------------------------------------------
+
+
+def _session(config: PipelineConfig, app: str):
+    from tidemark.sparkenv import build_session
+
+    return build_session(
+        app_name=f"tidemark-{app}-{config.pipeline}",
+        master=config.spark.master,
+        shuffle_partitions=config.spark.shuffle_partitions,
+        extra_conf=config.spark.conf,
+    )
+
+
+def cmd_stream(args) -> int:
+    from tidemark.stream import run_stream
+
+    config = load_config(args.config)
+    spark = _session(config, "stream")
+    processor = run_stream(spark, config, once=args.once, echo=_echo)
+    done = [s for s in processor.summaries if not s.skipped]
+    _echo(
+        f"[{config.pipeline}] stopped after {len(done)} batches, "
+        f"{sum(s.events for s in done):,} events"
+    )
+    return 0
+
+
+def _default_range(spark, config: PipelineConfig) -> tuple[int, int]:
+    from pyspark.sql import functions as F
+
+    from tidemark import tables as T
+
+    path = config.table_path(T.WINDOWS)
+    if not T.table_exists(spark, path):
+        raise ConfigError(f"reconcile: no windows table at {path} yet; give --start and --end")
+    row = (
+        T.read_table(spark, path)
+        .agg(F.min(F.unix_millis("window_start")), F.max(F.unix_millis("window_end")))
+        .first()
+    )
+    return int(row[0]), int(row[1])
+
+
+def cmd_reconcile(args) -> int:
+    from tidemark.reconcile import reconcile
+
+    config = load_config(args.config)
+    spark = _session(config, "reconcile")
+    if args.start is None or args.end is None:
+        start, end = _default_range(spark, config)
+        start = args.start if args.start is not None else start
+        end = args.end if args.end is not None else end
+    else:
+        start, end = args.start, args.end
+    if not args.json:
+        _echo(
+            f"[{config.pipeline}] reconciling {format_instant_ms(start)} .. {format_instant_ms(end)}"
+        )
+    try:
+        report = reconcile(spark, config, start, end, target=args.target, write=not args.dry_run)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    _echo(report.to_json() if args.json else report.table())
+    if args.fail_below is not None:
+        below = [
+            w for w in report.closed if w.alignment is not None and w.alignment < args.fail_below
+        ]
+        if below:
+            print(
+                f"tidemark: {len(below)} window(s) below {args.fail_below}, first at "
+                f"{format_instant_ms(below[0].window_start_ms)}",
+                file=sys.stderr,
+            )
+            return EXIT_MISALIGNED
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+# ---------------------------------------------------------------------------------------------
+
+
+def cmd_demo(args) -> int:
+    from tidemark.demo import run_demo
+
+    return run_demo(args, scenario=_scenario_from(args), echo=_echo)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tidemark.generator import Scenario
+
+    parser = argparse.ArgumentParser(
+        prog="tidemark",
+        description="Exactly-once streaming with a precise watermark, reconciled against batch.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    gen = sub.add_parser(
+        "generate",
+        help="write a synthetic multi-host scenario to a landing directory",
+        description="Write newline-delimited JSON logs from many hosts, with lagging hosts, "
+        "publisher-retry duplicates and malformed lines. Deterministic for a --seed.",
+    )
+    target = gen.add_argument_group("where")
+    target.add_argument(
+        "--out", help="landing directory to write (default: the config's source.path)"
+    )
+    target.add_argument("--config", help="pipeline YAML whose source.path is the landing directory")
+    target.add_argument(
+        "--live",
+        action="store_true",
+        help="event time ~ now, each file written when its arrival span has passed (paced)",
+    )
+    target.add_argument("--verbose", action="store_true", help="print a line per file written")
+    _add_scenario_options(gen, Scenario())
+    gen.set_defaults(func=cmd_generate)
+
+    st = sub.add_parser(
+        "stream",
+        help="run the exactly-once streaming job for a pipeline",
+        description="Read the pipeline's source, quarantine bad lines, drop publisher retries, "
+        "track every host's progress, close windows on the precise watermark and commit each "
+        "micro-batch idempotently to Delta. Restart it any time: it resumes from its checkpoint.",
+    )
+    st.add_argument("--config", required=True, help="pipeline YAML file")
+    st.add_argument(
+        "--once",
+        action="store_true",
+        help="process everything available now, then stop (Spark's availableNow trigger); "
+        "without it the job runs until stopped",
+    )
+    st.set_defaults(func=cmd_stream)
+
+    rc = sub.add_parser(
+        "reconcile",
+        help="recompute windows in batch from the raw source and diff them with the stream",
+        description="Recompute [start, end) from the raw source with the stream's own parsing "
+        "and aggregation code, diff per window, write the reconciliation table and print it.",
+    )
+    rc.add_argument("--config", required=True, help="pipeline YAML file")
+    rc.add_argument(
+        "--start",
+        type=_instant,
+        help="range start, ISO-8601 or epoch ms (default: first committed window)",
+    )
+    rc.add_argument(
+        "--end",
+        type=_instant,
+        help="range end, exclusive (default: end of the last committed window)",
+    )
+    rc.add_argument(
+        "--target",
+        type=_fraction,
+        help="alignment target (default: the config's reconcile.target, 0.999)",
+    )
+    rc.add_argument("--json", action="store_true", help="print the result as JSON for machines")
+    rc.add_argument(
+        "--fail-below",
+        type=_fraction,
+        metavar="ALIGNMENT",
+        help=f"exit with code {EXIT_MISALIGNED} if any closed window's alignment is below this",
+    )
+    rc.add_argument(
+        "--dry-run", action="store_true", help="print only; do not write the reconciliation table"
+    )
+    rc.set_defaults(func=cmd_reconcile)
+
+    demo = sub.add_parser(
+        "demo",
+        help="bounded end-to-end run: generate, stream in micro-batches, reconcile, report",
+        description="Generate a scenario (10,000 hosts, 20 min, 0.05%% lagging 5 min, 1%% "
+        "duplicates, 0.01%% malformed), stream it in several micro-batches, reconcile every "
+        "closed window and print the alignment table, the watermark progress and the tables.",
+    )
+    demo.add_argument(
+        "--workdir",
+        default="var/demo",
+        help="where landing files, checkpoint and tables go (default %(default)s)",
+    )
+    demo.add_argument(
+        "--files-per-batch",
+        type=int,
+        default=4,
+        help="landing files per micro-batch (default %(default)s)",
+    )
+    demo.add_argument(
+        "--keep", action="store_true", help="keep an existing workdir instead of starting clean"
+    )
+    _add_scenario_options(demo, Scenario(lag_minutes=5.0))
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"tidemark: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # one line for known set-up problems; tracebacks for the rest
+        from tidemark.sparkenv import SetupError
+        from tidemark.tables import IdentityError
+
+        if isinstance(exc, (SetupError, IdentityError)):
+            print(f"tidemark: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["Path", "main"]

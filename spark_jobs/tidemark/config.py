@@ -1,0 +1,187 @@
+"""Pipeline configuration: one YAML file per pipeline, validated at start-up.
+
+A bad or unknown key fails with one line naming the file and the key. Relative paths resolve
+against ``$TIDEMARK_HOME`` when set (Airflow workers run from arbitrary directories), otherwise
+against the current directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tidemark.timeutil import format_duration_ms, parse_duration_ms, parse_instant_ms
+
+
+class ConfigError(ValueError):
+    """A pipeline config that cannot be used; the message is one line naming file and field."""
+
+
+def _duration(value: Any) -> int:
+    return parse_duration_ms(value)
+
+
+def _instant(value: Any) -> int:
+    return parse_instant_ms(value)
+
+
+DurationMs = Annotated[int, BeforeValidator(_duration)]
+InstantMs = Annotated[int, BeforeValidator(_instant)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(_Strict):
+    kind: Literal["files", "kafka"] = "files"
+    path: str | None = None
+    max_files_per_trigger: int = Field(default=20, ge=1)
+    bootstrap_servers: str | None = None
+    topic: str | None = None
+    max_offsets_per_trigger: int = Field(default=200_000, ge=1)
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> SourceConfig:
+        if self.kind == "files" and not self.path:
+            raise ValueError("path: required when source.kind is files")
+        if self.kind == "kafka" and not (self.bootstrap_servers and self.topic):
+            raise ValueError("bootstrap_servers and topic: required when source.kind is kafka")
+        return self
+
+
+class WatermarkConfig(_Strict):
+    precision: float = Field(default=0.999, gt=0, le=1)
+
+    @property
+    def precision_fraction(self) -> Fraction:
+        """Exact rational form, so ceil(q*N) is not thrown off by binary floating point."""
+        return Fraction(str(self.precision))
+
+
+class ValidationConfig(_Strict):
+    """Record-level limits; a record outside them is quarantined with the reason."""
+
+    max_record_bytes: int = Field(default=64 * 1024, ge=64)
+    min_event_time: InstantMs = Field(default=parse_instant_ms("2000-01-01T00:00:00Z"))
+    max_clock_skew: DurationMs = Field(default=parse_duration_ms("5m"))
+
+
+class ReconcileConfig(_Strict):
+    target: float = Field(default=0.999, gt=0, le=1)
+
+
+class SparkConfig(_Strict):
+    master: str | None = None
+    shuffle_partitions: int = Field(default=4, ge=1)
+    conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+class PipelineConfig(_Strict):
+    pipeline: str
+    source: SourceConfig
+    warehouse: str
+    checkpoint: str
+    window: DurationMs = Field(default=parse_duration_ms("1m"))
+    watermark: WatermarkConfig = Field(default_factory=WatermarkConfig)
+    dedup_horizon: DurationMs = Field(default=parse_duration_ms("24h"))
+    mode: Literal["exactly_once", "at_least_once"] = "exactly_once"
+    trigger_interval: DurationMs = Field(default=parse_duration_ms("10s"))
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
+    reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9_-]+", value):
+            raise ValueError(f"{value!r} must match [a-z0-9_-]+ (it is used in table paths)")
+        return value
+
+    @field_validator("window", "dedup_horizon", "trigger_interval")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be a positive duration")
+        return value
+
+    # -- derived locations ------------------------------------------------------------------
+    @property
+    def tables_root(self) -> str:
+        return f"{self.warehouse.rstrip('/')}/{self.pipeline}"
+
+    def table_path(self, name: str) -> str:
+        return f"{self.tables_root}/{name}"
+
+    def describe(self) -> str:
+        return (
+            f"pipeline={self.pipeline} source={self.source.kind} window="
+            f"{format_duration_ms(self.window)} precision={self.watermark.precision} "
+            f"mode={self.mode} dedup_horizon={format_duration_ms(self.dedup_horizon)}"
+        )
+
+
+def _resolve(path: str, base: Path) -> str:
+    if "://" in path:  # s3a://, abfss://, file:// ... are left to Hadoop
+        return path
+    candidate = Path(os.path.expanduser(path))
+    return str(candidate if candidate.is_absolute() else (base / candidate).resolve())
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{loc}: unknown key")
+        elif err["type"] == "missing":
+            parts.append(f"{loc}: required key is missing")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}")
+    return f"config {source}: " + "; ".join(parts)
+
+
+def parse_config(data: Any, source: str = "<config>", base: Path | None = None) -> PipelineConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {source}: expected a mapping of keys, got {type(data).__name__}")
+    try:
+        config = PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(source, exc)) from None
+    base = base or Path(os.environ.get("TIDEMARK_HOME", os.getcwd()))
+    updates: dict[str, Any] = {
+        "warehouse": _resolve(config.warehouse, base),
+        "checkpoint": _resolve(config.checkpoint, base),
+    }
+    if config.source.path:
+        updates["source"] = config.source.model_copy(
+            update={"path": _resolve(config.source.path, base)}
+        )
+    return config.model_copy(update=updates)
+
+
+def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config {file}: file not found")
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {file}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return parse_config(data, source=str(file))

@@ -1,0 +1,254 @@
+"""Synthetic multi-host log scenarios, deterministic for a given seed.
+
+Each of ``hosts`` hosts writes ``events_per_host_per_minute`` records a minute in event-time order.
+A record *arrives* (lands in the landing zone) at ``event_time + host_delay``: a normal host's
+delay is 0.2-3 s, a lagging host's is ``lag_minutes`` more. Arrival time decides the file: file
+``k`` holds the records arriving in ``[start + k*span, start + (k+1)*span)``, sorted by arrival,
+so each host's records stay in event-time order across files. Faults:
+
+* lagging hosts: ``lag_share`` of the hosts, chosen by the seed;
+* publisher retries: ``duplicate_rate`` of the records get a second copy (same ``event_id``,
+  same content) that lands 30 s to 5 min after the original, usually in a later file;
+* malformed lines: ``malformed_rate`` of the records are followed by a bad line of one of
+  several kinds (invalid JSON, truncated, missing field, wrong type).
+
+With ``final_heartbeat`` every host ends with a heartbeat at the scenario's end time, as an idle
+host does, so the last windows can close once every host's heartbeat has landed.
+
+Files are written whole (to a hidden temp name, then renamed) with increasing modification
+times, the order Spark's file source reads them in. ``_scenario.json`` beside them records the
+parameters and the ground truth (unique events, copies, bad lines, lagging hosts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tidemark.timeutil import MS_PER_MINUTE, format_instant_ms, now_ms, parse_instant_ms
+
+DEFAULT_START = "2025-11-22T10:00:00Z"
+DEFAULT_KEYS = ("checkout", "search", "view", "cart", "login")
+MAX_RETRY_DELAY_MS = 5 * MS_PER_MINUTE
+MIN_RETRY_DELAY_MS = 30_000
+MANIFEST = "_scenario.json"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    hosts: int = 10_000
+    minutes: int = 20
+    events_per_host_per_minute: int = 6
+    keys: tuple[str, ...] = DEFAULT_KEYS
+    lag_share: float = 0.0005
+    lag_minutes: float = 5.0
+    duplicate_rate: float = 0.01
+    malformed_rate: float = 0.0001
+    seed: int = 42
+    start_ms: int = field(default_factory=lambda: parse_instant_ms(DEFAULT_START))
+    file_span_s: int = 60
+    final_heartbeat: bool = True
+
+    def __post_init__(self) -> None:
+        checks = {
+            "hosts": self.hosts >= 1,
+            "minutes": self.minutes >= 1,
+            "events_per_host_per_minute": self.events_per_host_per_minute >= 1,
+            "lag_share": 0 <= self.lag_share <= 1,
+            "lag_minutes": self.lag_minutes >= 0,
+            "duplicate_rate": 0 <= self.duplicate_rate <= 1,
+            "malformed_rate": 0 <= self.malformed_rate <= 1,
+            "file_span_s": self.file_span_s >= 1,
+            "keys": len(self.keys) >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"scenario: invalid value for {', '.join(bad)}")
+
+    @property
+    def host_names(self) -> list[str]:
+        width = max(5, len(str(self.hosts - 1)))
+        return [f"h{i:0{width}d}" for i in range(self.hosts)]
+
+    def lagging_hosts(self) -> list[str]:
+        count = round(self.lag_share * self.hosts)
+        names = self.host_names
+        return sorted(random.Random(self.seed ^ 0x1A6).sample(names, count))
+
+    @property
+    def end_ms(self) -> int:
+        return self.start_ms + self.minutes * MS_PER_MINUTE
+
+
+@dataclass
+class Truth:
+    unique_events: int = 0
+    duplicate_copies: int = 0
+    malformed_lines: int = 0
+    heartbeats: int = 0
+    files: int = 0
+    lines: int = 0
+
+
+def _malformed(kind: int, rng: random.Random, host: str, et: int) -> str:
+    good = f'{{"event_id":"bad-{rng.getrandbits(48):012x}","host":"{host}","event_time":{et}}}'
+    return [
+        "this is not json",
+        good[: len(good) // 2],
+        f'{{"host":"{host}","event_time":{et},"key":"view"}}',
+        f'{{"event_id":"x-{rng.getrandbits(32):08x}","host":"{host}","event_time":"{et}"}}',
+        f'{{"event_id":"y-{rng.getrandbits(32):08x}","host":12345,"event_time":{et}}}',
+    ][kind % 5]
+
+
+Bucket = tuple[int, int, list[str]]  # (file index, bucket end ms, lines)
+
+
+def iter_buckets(s: Scenario, truth: Truth | None = None) -> Iterator[Bucket]:
+    """Yield each file's lines in arrival order, oldest file first, using bounded memory."""
+    truth = truth if truth is not None else Truth()
+    rng = random.Random(s.seed)
+    names = s.host_names
+    lagging = set(s.lagging_hosts())
+    lag_ms = int(s.lag_minutes * MS_PER_MINUTE)
+    delays = [rng.randint(200, 3000) + (lag_ms if h in lagging else 0) for h in names]
+    span = s.file_span_s * 1000
+    seq = [0] * s.hosts
+    pending: dict[int, list[tuple[int, int, str]]] = {}
+    order = 0
+    keys = s.keys
+    per_min = s.events_per_host_per_minute
+
+    def put(arrival: int, line: str) -> None:
+        nonlocal order
+        index = (arrival - s.start_ms) // span
+        pending.setdefault(index, []).append((arrival, order, line))
+        order += 1
+
+    for minute in range(s.minutes):
+        base = s.start_ms + minute * MS_PER_MINUTE
+        for h, host in enumerate(names):
+            offsets = sorted(rng.randrange(MS_PER_MINUTE) for _ in range(per_min))
+            delay = delays[h]
+            for off in offsets:
+                et = base + off
+                n = seq[h]
+                seq[h] = n + 1
+                mt = et + rng.randrange(500)
+                key = keys[rng.randrange(len(keys))]
+                line = (
+                    f'{{"event_id":"{host}-{n:012d}","host":"{host}","event_time":{et},'
+                    f'"msg_time":{mt},"key":"{key}","value":{rng.randrange(1000) / 100}}}'
+                )
+                arrival = et + delay
+                put(arrival, line)
+                truth.unique_events += 1
+                if rng.random() < s.duplicate_rate:
+                    put(arrival + rng.randint(MIN_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS), line)
+                    truth.duplicate_copies += 1
+                if rng.random() < s.malformed_rate:
+                    put(arrival, _malformed(truth.malformed_lines, rng, host, et))
+                    truth.malformed_lines += 1
+        if minute == s.minutes - 1 and s.final_heartbeat:
+            end = s.end_ms
+            for h, host in enumerate(names):
+                put(end + delays[h], f'{{"host":"{host}","event_time":{end},"heartbeat":true}}')
+                truth.heartbeats += 1
+        # Everything still to come arrives at or after the next minute's start.
+        horizon = base + MS_PER_MINUTE
+        for index in sorted(i for i in pending if s.start_ms + (i + 1) * span <= horizon):
+            yield _flush(index, s.start_ms + (index + 1) * span, pending.pop(index))
+    for index in sorted(pending):
+        yield _flush(index, s.start_ms + (index + 1) * span, pending.pop(index))
+
+
+def _flush(index: int, end_ms: int, items: list[tuple[int, int, str]]) -> Bucket:
+    items.sort()
+    return index, end_ms, [line for _, _, line in items]
+
+
+def write_file(directory: Path, index: int, lines: list[str], mtime: float | None = None) -> Path:
+    """Write one landing file whole: hidden temp name, fsync, rename, then set its mtime."""
+    final = directory / f"part-{index:06d}.jsonl"
+    tmp = directory / f".part-{index:06d}.jsonl.tmp"
+    with open(tmp, "w", encoding="utf-8") as out:
+        out.write("\n".join(lines))
+        out.write("\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, final)
+    if mtime is not None:
+        os.utime(final, (mtime, mtime))
+    return final
+
+
+def generate_files(
+    s: Scenario,
+    directory: str | os.PathLike[str],
+    progress: Callable[[str], None] | None = None,
+) -> Truth:
+    """Bounded mode: write the whole scenario as fast as possible."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    truth = Truth()
+    # Modification times one second apart, ending now: Spark reads files oldest first.
+    total = (
+        s.minutes * 60 // s.file_span_s
+        + int((s.lag_minutes * MS_PER_MINUTE + MAX_RETRY_DELAY_MS) // (s.file_span_s * 1000))
+        + 2
+    )
+    base = time.time() - total - 1
+    for index, _end, lines in iter_buckets(s, truth):
+        write_file(out, index, lines, mtime=base + index)
+        truth.files += 1
+        truth.lines += len(lines)
+        if progress:
+            progress(f"file {index + 1}: {len(lines):,} lines ({truth.lines:,} so far)")
+    _write_manifest(out, s, truth)
+    return truth
+
+
+def generate_live(
+    s: Scenario,
+    directory: str | os.PathLike[str],
+    progress: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Truth:
+    """Live mode: event time ~ now, each file written when its arrival span has passed."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    start = now_ms() // 1000 * 1000
+    live = Scenario(**{**asdict(s), "keys": tuple(s.keys), "start_ms": start})
+    truth = Truth()
+    _write_manifest(out, live, truth)
+    for index, end_ms, lines in iter_buckets(live, truth):
+        wait = (end_ms - now_ms()) / 1000
+        if wait > 0:
+            sleep(wait)
+        write_file(out, index, lines)
+        truth.files += 1
+        truth.lines += len(lines)
+        if progress:
+            progress(f"file {index + 1} at {format_instant_ms(end_ms)}: {len(lines):,} lines")
+    _write_manifest(out, live, truth)
+    return truth
+
+
+def _write_manifest(out: Path, s: Scenario, truth: Truth) -> None:
+    manifest = {
+        "scenario": {**asdict(s), "keys": list(s.keys), "start": format_instant_ms(s.start_ms)},
+        "truth": asdict(truth),
+        "lagging_hosts": s.lagging_hosts(),
+    }
+    tmp = out / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> dict:
+    return json.loads((Path(directory) / MANIFEST).read_text(encoding="utf-8"))

@@ -1,0 +1,109 @@
+"""Build the SparkSession every Tidemark job uses.
+
+Jars come from the local cache that ``scripts/setup.sh`` fills once from Maven Central
+(``TIDEMARK_JARS_DIR``, default ``<repo>/.cache/jars``), so a job never touches the network.
+Heavy imports stay inside functions: importing this module does not start a JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REQUIRED_JAR_PREFIXES = ("delta-spark_", "delta-storage-")
+KAFKA_JAR_PREFIXES = (
+    "spark-sql-kafka-0-10_",
+    "spark-token-provider-kafka-0-10_",
+    "kafka-clients-",
+    "commons-pool2-",
+)
+
+
+class SetupError(RuntimeError):
+    """The machine is missing something set-up should have provided."""
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get("TIDEMARK_JARS_DIR", REPO_ROOT / ".cache" / "jars"))
+
+
+def cached_jars(
+    prefixes: tuple[str, ...] = REQUIRED_JAR_PREFIXES + KAFKA_JAR_PREFIXES,
+) -> list[Path]:
+    """The cached jars for ``prefixes``; a one-line SetupError names any that are missing."""
+    folder = jars_dir()
+    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    missing = [p for p in prefixes if not any(j.name.startswith(p) for j in found)]
+    if missing:
+        raise SetupError(
+            f"jar cache {folder} lacks {', '.join(p.rstrip('_-') for p in missing)}: "
+            "run `make setup` (scripts/setup.sh) once with network access"
+        )
+    return [j for j in found if j.name.startswith(prefixes)]
+
+
+def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[str, str]:
+    """Settings sized for one small machine; every key can be overridden from the config."""
+    return {
+        "spark.master": master,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.default.parallelism": str(shuffle_partitions),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "3g",
+        "spark.sql.adaptive.enabled": "true",
+        # RocksDB keeps the dedup catalog off the JVM heap; changelog checkpointing makes a
+        # commit write only what the batch changed.
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.databricks.delta.stateReconstructionValidation.enabled": "false",
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    }
+
+
+def build_session(
+    app_name: str = "tidemark",
+    master: str | None = None,
+    shuffle_partitions: int = 4,
+    extra_conf: dict[str, Any] | None = None,
+) -> SparkSession:
+    """Create (or reuse) the SparkSession with Delta and the Kafka connector on the classpath.
+
+    ``master`` defaults to ``$TIDEMARK_SPARK_MASTER`` or ``local[2]``. When the job is launched by
+    spark-submit, the master and jars given there win (the builder only fills what is unset).
+    """
+    from pyspark.sql import SparkSession
+
+    master = master or os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
+    conf = default_conf(master, shuffle_partitions)
+    conf.update({k: str(v) for k, v in (extra_conf or {}).items()})
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if "spark.jars" not in conf and not _launched_by_spark_submit():
+        conf["spark.jars"] = ",".join(str(j) for j in cached_jars())
+    for key, value in conf.items():
+        if key == "spark.master" and _launched_by_spark_submit():
+            continue
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
+    return session
+
+
+def _launched_by_spark_submit() -> bool:
+    # spark-submit starts the JVM first and hands Python its gateway port.
+    return "PYSPARK_GATEWAY_PORT" in os.environ

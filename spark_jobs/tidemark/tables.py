@@ -1,0 +1,195 @@
+"""The Delta tables of a pipeline, their idempotent writer, and the run identity.
+
+Layout under ``<warehouse>/<pipeline>/``:
+
+============== ==================================================================================
+events         every unique valid record (late ones too), with the batch it arrived in
+windows        closed windows: one row per (window, key), written once, with the watermark
+late_events    records whose window was already closed when they arrived
+quarantine     one row per bad line: raw text, reason, batch id, source
+watermarks     one row per committed batch: the precise watermark and host counts. Written
+               last in a batch, so a row for batch N means every write of N is committed.
+reconciliation per-window stream/batch comparison written by ``tidemark reconcile``
+_state/*       host progress and open-window partial sums, overwritten every batch; the
+               watermark row records the Delta version of each so a restart reads exactly
+               the state that batch N-1 left.
+============== ==================================================================================
+
+Every write of batch N carries Delta's ``txnAppId``/``txnVersion`` = (run identity, N): Delta skips
+a write whose version it has already committed for that app id, so a replayed batch changes
+nothing. The run identity lives in the checkpoint *and* beside the tables; a job whose checkpoint
+is missing or belongs to other tables refuses to start instead of skipping or repeating writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark import faults
+from tidemark.config import PipelineConfig
+from tidemark.timeutil import format_instant_ms, now_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+EVENTS = "events"
+WINDOWS = "windows"
+LATE_EVENTS = "late_events"
+QUARANTINE = "quarantine"
+WATERMARKS = "watermarks"
+RECONCILIATION = "reconciliation"
+HOST_PROGRESS = "_state/host_progress"
+OPEN_WINDOWS = "_state/open_windows"
+IDENTITY_FILE = "_tidemark.json"
+
+
+class IdentityError(RuntimeError):
+    """Checkpoint and tables do not belong together; starting would skip or repeat writes."""
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    pipeline: str
+    run_id: str
+    tables_root: str
+    created_at: str
+
+    @property
+    def app_id(self) -> str:
+        """Delta txnAppId: unique per (pipeline, run), stable across restarts of the run."""
+        return f"tidemark:{self.pipeline}:{self.run_id}"
+
+
+def _read_identity(path: Path) -> RunIdentity | None:
+    if not path.is_file():
+        return None
+    try:
+        return RunIdentity(**json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError) as exc:
+        raise IdentityError(f"{path}: unreadable Tidemark identity ({exc})") from None
+
+
+def _write_identity(path: Path, identity: RunIdentity) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(asdict(identity), indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _checkpoint_has_progress(checkpoint: Path) -> bool:
+    offsets = checkpoint / "offsets"
+    return offsets.is_dir() and any(offsets.iterdir())
+
+
+def _tables_have_data(tables_root: Path) -> bool:
+    return (tables_root / WATERMARKS / "_delta_log").is_dir() or (
+        tables_root / EVENTS / "_delta_log"
+    ).is_dir()
+
+
+def ensure_identity(config: PipelineConfig) -> RunIdentity:
+    """Return the run identity shared by checkpoint and tables, creating it on first start.
+
+    Raises :class:`IdentityError` with a one-line explanation when they disagree.
+    """
+    checkpoint = Path(config.checkpoint)
+    tables_root = Path(config.tables_root)
+    ck_file, tb_file = checkpoint / IDENTITY_FILE, tables_root / IDENTITY_FILE
+    ck_id, tb_id = _read_identity(ck_file), _read_identity(tb_file)
+
+    if ck_id is None and _checkpoint_has_progress(checkpoint):
+        raise IdentityError(
+            f"checkpoint {checkpoint} holds Spark progress but no Tidemark identity: it belongs "
+            "to another job; point `checkpoint:` at this pipeline's own directory"
+        )
+    if ck_id is None and tb_id is None:
+        if _tables_have_data(tables_root):
+            raise IdentityError(
+                f"tables under {tables_root} exist without a Tidemark identity; refusing to "
+                "write into them"
+            )
+        identity = RunIdentity(
+            pipeline=config.pipeline,
+            run_id=uuid.uuid4().hex[:12],
+            tables_root=str(tables_root),
+            created_at=format_instant_ms(now_ms()),
+        )
+        _write_identity(tb_file, identity)
+        _write_identity(ck_file, identity)
+        return identity
+    if ck_id is None:
+        assert tb_id is not None
+        raise IdentityError(
+            f"checkpoint {checkpoint} is missing or empty but the tables under {tables_root} "
+            f"were written by run {tb_id.run_id}; restore that checkpoint (starting fresh "
+            "would re-read the source and duplicate or skip writes)"
+        )
+    if tb_id is None:
+        raise IdentityError(
+            f"checkpoint {checkpoint} belongs to run {ck_id.run_id} whose tables were under "
+            f"{ck_id.tables_root}, but {tables_root} has none; a new warehouse needs a new "
+            "checkpoint directory"
+        )
+    if ck_id.pipeline != config.pipeline or ck_id.run_id != tb_id.run_id:
+        raise IdentityError(
+            f"checkpoint {checkpoint} belongs to pipeline {ck_id.pipeline!r} run {ck_id.run_id} "
+            f"but the tables under {tables_root} belong to pipeline {tb_id.pipeline!r} run "
+            f"{tb_id.run_id}; point `checkpoint:` at this pipeline's own checkpoint"
+        )
+    return tb_id
+
+
+class TableWriter:
+    """Idempotent Delta writes keyed by (run identity, batch id)."""
+
+    def __init__(self, config: PipelineConfig, identity: RunIdentity) -> None:
+        self.config = config
+        self.identity = identity
+
+    def path(self, table: str) -> str:
+        return self.config.table_path(table)
+
+    def write(
+        self,
+        frame: DataFrame,
+        table: str,
+        batch_id: int,
+        mode: str = "append",
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        faults.reached(f"before:{table}", batch_id)
+        writer = (
+            frame.write.format("delta")
+            .mode(mode)
+            .option("txnAppId", f"{self.identity.app_id}:{table}")
+            .option("txnVersion", batch_id)
+            .option("userMetadata", json.dumps({"tidemark_batch": batch_id}))
+        )
+        for key, value in (options or {}).items():
+            writer = writer.option(key, value)
+        writer.save(self.path(table))
+        faults.reached(f"after:{table}", batch_id)
+
+
+def table_exists(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+def latest_version(spark: SparkSession, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+
+
+def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(path)

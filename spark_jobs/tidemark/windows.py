@@ -1,0 +1,36 @@
+"""Tumbling event-time windows.
+
+A window of size ``S`` (ms) covers ``[N * S, (N + 1) * S)`` in epoch milliseconds; an event at
+``t`` belongs to the window starting at ``t - (t mod S)`` (floor semantics, also for t < 0).
+
+Closing rule: a window ``[start, end)`` is closed by watermark ``W`` when ``end <= W``. A host
+whose progress is ``p >= end`` has already sent an event at or after ``end`` and, because each
+host writes in event-time order, can send nothing more below ``end``. A record whose window is
+already closed by the watermark *before* its batch is a late record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TumblingWindows:
+    size_ms: int
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0:
+            raise ValueError(f"window size must be positive, got {self.size_ms} ms")
+
+    def start_of(self, event_time_ms: int) -> int:
+        return event_time_ms - (event_time_ms % self.size_ms)
+
+    def end_of(self, event_time_ms: int) -> int:
+        return self.start_of(event_time_ms) + self.size_ms
+
+    def is_closed(self, window_start_ms: int, watermark_ms: int | None) -> bool:
+        return watermark_ms is not None and window_start_ms + self.size_ms <= watermark_ms
+
+    def is_late(self, event_time_ms: int, watermark_before_ms: int | None) -> bool:
+        """True when the event's window was already closed before the event arrived."""
+        return self.is_closed(self.start_of(event_time_ms), watermark_before_ms)
