@@ -87,7 +87,8 @@ def _add_scenario_options(p: argparse.ArgumentParser, defaults) -> None:
         "--duplicate-rate",
         type=_fraction,
         default=defaults.duplicate_rate,
-        help="share of records re-sent by a publisher retry, same event_id, landing 30 s-5 min later (default %(default)s)",
+        help="share of records re-sent by a publisher retry (same event_id), landing 30 s-5 min "
+        "later (default %(default)s)",
     )
     g.add_argument(
         "--malformed-rate",
@@ -191,10 +192,7 @@ def cmd_stream(args) -> int:
     spark = _session(config, "stream")
     processor = run_stream(spark, config, once=args.once, echo=_echo)
     done = [s for s in processor.summaries if not s.skipped]
-    _echo(
-        f"[{config.pipeline}] stopped after {len(done)} batches, "
-        f"{sum(s.events for s in done):,} events"
-    )
+    _echo(f"[{config.pipeline}] stopped after {len(done)} batches, {sum(s.events for s in done):,} events")
     return 0
 
 
@@ -204,7 +202,7 @@ def _default_range(spark, config: PipelineConfig) -> tuple[int, int]:
     from tidemark import tables as T
 
     path = config.table_path(T.WINDOWS)
-    if not T.table_exists(spark, path):
+    if not T.table_exists(path):
         raise ConfigError(f"reconcile: no windows table at {path} yet; give --start and --end")
     row = (
         T.read_table(spark, path)
@@ -226,18 +224,14 @@ def cmd_reconcile(args) -> int:
     else:
         start, end = args.start, args.end
     if not args.json:
-        _echo(
-            f"[{config.pipeline}] reconciling {format_instant_ms(start)} .. {format_instant_ms(end)}"
-        )
+        _echo(f"[{config.pipeline}] reconciling {format_instant_ms(start)} .. {format_instant_ms(end)}")
     try:
         report = reconcile(spark, config, start, end, target=args.target, write=not args.dry_run)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     _echo(report.to_json() if args.json else report.table())
     if args.fail_below is not None:
-        below = [
-            w for w in report.closed if w.alignment is not None and w.alignment < args.fail_below
-        ]
+        below = [w for w in report.closed if w.alignment is not None and w.alignment < args.fail_below]
         if below:
             print(
                 f"tidemark: {len(below)} window(s) below {args.fail_below}, first at "
@@ -278,9 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         "publisher-retry duplicates and malformed lines. Deterministic for a --seed.",
     )
     target = gen.add_argument_group("where")
-    target.add_argument(
-        "--out", help="landing directory to write (default: the config's source.path)"
-    )
+    target.add_argument("--out", help="landing directory to write (default: the config's source.path)")
     target.add_argument("--config", help="pipeline YAML whose source.path is the landing directory")
     target.add_argument(
         "--live",

@@ -170,9 +170,7 @@ def parse_config(data: Any, source: str = "<config>", base: Path | None = None) 
         "checkpoint": _resolve(config.checkpoint, base),
     }
     if config.source.path:
-        updates["source"] = config.source.model_copy(
-            update={"path": _resolve(config.source.path, base)}
-        )
+        updates["source"] = config.source.model_copy(update={"path": _resolve(config.source.path, base)})
     return config.model_copy(update=updates)
 
 

@@ -82,9 +82,7 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     echo(
         f"tables under {config.tables_root}/: events windows late_events quarantine watermarks reconciliation"
     )
-    echo(
-        f"config {config_path}; done in {humanize_ms(int((time.monotonic() - started) * 1000))}"
-    )
+    echo(f"config {config_path}; done in {humanize_ms(int((time.monotonic() - started) * 1000))}")
     spark.stop()
     ok = totals["unexplained"] == 0 and stream_total == truth.unique_events
     return 0 if ok else 1

@@ -154,9 +154,7 @@ class ReconcileReport:
         return "\n".join(rows)
 
 
-def recompute_windows(
-    spark: SparkSession, config: PipelineConfig, start_ms: int, end_ms: int
-) -> DataFrame:
+def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int, end_ms: int) -> DataFrame:
     """Window results for ``[start, end)`` recomputed from the raw source."""
     from pyspark.sql import functions as F
 
@@ -169,13 +167,13 @@ def recompute_windows(
     return aggregate_windows(events, config.window)
 
 
-def _stream_watermark(spark: SparkSession, config: PipelineConfig) -> int | None:
-    from pyspark.sql import functions as F
-
+def stream_watermark(config: PipelineConfig) -> int | None:
+    """The stream's latest committed watermark (delta-rs read, no Spark job)."""
     path = config.table_path(T.WATERMARKS)
-    if not T.table_exists(spark, path):
+    if not T.table_exists(path):
         return None
-    return T.read_table(spark, path).agg(F.max("watermark_ms")).first()[0]
+    marks = T.read_local(path)["watermark_ms"].dropna()
+    return int(marks.max()) if len(marks) else None
 
 
 def _per_key(spark: SparkSession, config: PipelineConfig, table: str, start_ms: int, end_ms: int):
@@ -183,16 +181,14 @@ def _per_key(spark: SparkSession, config: PipelineConfig, table: str, start_ms: 
 
     path = config.table_path(table)
     schema = "window_start_ms long, key string, n long"
-    if not T.table_exists(spark, path):
+    if not T.table_exists(path):
         return spark.createDataFrame([], schema)
     frame = T.read_table(spark, path).select(
         F.unix_millis("window_start").alias("window_start_ms"),
         "key",
         *(["events"] if table == T.WINDOWS else []),
     )
-    frame = frame.where(
-        (F.col("window_start_ms") >= start_ms) & (F.col("window_start_ms") < end_ms)
-    )
+    frame = frame.where((F.col("window_start_ms") >= start_ms) & (F.col("window_start_ms") < end_ms))
     measure = F.sum("events") if table == T.WINDOWS else F.count(F.lit(1))
     return frame.groupBy("window_start_ms", "key").agg(measure.cast("long").alias("n"))
 
@@ -215,7 +211,7 @@ def reconcile(
     start_ms -= start_ms % size
     end_ms += (-end_ms) % size
     target = config.reconcile.target if target is None else target
-    watermark = _stream_watermark(spark, config)
+    watermark = stream_watermark(config)
 
     batch = recompute_windows(spark, config, start_ms, end_ms).select(
         "window_start_ms", "key", F.col("events").alias("batch")
@@ -293,11 +289,7 @@ def write_report(spark: SparkSession, config: PipelineConfig, report: ReconcileR
         F.lit(config.pipeline).alias("pipeline"),
         F.timestamp_millis("window_start_ms").alias("window_start"),
         F.timestamp_millis("window_end_ms").alias("window_end"),
-        *[
-            c
-            for c in RECONCILIATION_SCHEMA_COLUMNS
-            if c not in ("window_start_ms", "window_end_ms")
-        ],
+        *[c for c in RECONCILIATION_SCHEMA_COLUMNS if c not in ("window_start_ms", "window_end_ms")],
         F.lit(report.target).alias("target"),
         F.timestamp_millis(F.lit(report.stream_watermark_ms)).alias("stream_watermark"),
         F.timestamp_millis(F.lit(now_ms())).alias("reconciled_at"),

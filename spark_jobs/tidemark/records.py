@@ -173,8 +173,7 @@ def _reason(rules: ValidationConfig) -> Column:
             wrong_type("msg_time", "_t_mt", "integer epoch ms"),
         ),
         (
-            F.col("msg_time").isNotNull()
-            & (F.col("event_time") - F.col("msg_time") > rules.max_clock_skew),
+            F.col("msg_time").isNotNull() & (F.col("event_time") - F.col("msg_time") > rules.max_clock_skew),
             F.concat(
                 F.lit("clock skew: event_time "),
                 ((F.col("event_time") - F.col("msg_time")) / 1000).cast("long").cast("string"),

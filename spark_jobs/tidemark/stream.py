@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
@@ -94,15 +95,14 @@ class BatchSummary:
     open_windows: int
     seconds: float
     skipped: bool = False
+    phases: dict[str, float] = field(default_factory=dict, compare=False)
 
     def line(self) -> str:
         if self.skipped:
             return f"batch {self.batch_id}: already committed, replay skipped"
         moved = (
             f" (+{humanize_ms(self.watermark - self.previous)})"
-            if self.watermark is not None
-            and self.previous is not None
-            and self.watermark > self.previous
+            if self.watermark is not None and self.previous is not None and self.watermark > self.previous
             else ""
         )
         return (
@@ -137,9 +137,7 @@ def build_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
         return parsed
     good = F.col("reason").isNull() & ~F.col("heartbeat")
     # Bad lines and heartbeats get a key no other line has: they are never deduplicated.
-    dedup_key = F.when(good, F.col("event_id")).otherwise(
-        F.concat(F.lit("\u0000"), F.expr("uuid()"))
-    )
+    dedup_key = F.when(good, F.col("event_id")).otherwise(F.concat(F.lit("\u0000"), F.expr("uuid()")))
     return (
         parsed.withColumn("_dedup_key", dedup_key)
         .withWatermark("ingest_ts", f"{dedup_delay_ms(config.dedup_horizon)} milliseconds")
@@ -164,6 +162,19 @@ def dedup_delay_ms(horizon_ms: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+class _Phases:
+    """Wall time per phase of a batch (seconds), for progress output and benchmarks."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self._mark = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.times[name] = self.times.get(name, 0.0) + now - self._mark
+        self._mark = now
+
+
 class BatchProcessor:
     """The ``foreachBatch`` function. Holds the state of the last committed batch in memory and
     reloads it from Delta only when it is not the one the incoming batch builds on."""
@@ -183,45 +194,35 @@ class BatchProcessor:
         self._state: PipelineState | None = None
         self.summaries: list[BatchSummary] = []
 
-    # -- state -------------------------------------------------------------------------------
-    def _marker_before(self, batch_id: int):
+    # -- state ----------------------------------------------------------------------------
+    def _marker_before(self, batch_id: int) -> tuple[dict | None, bool]:
+        """(newest watermark row with batch_id <= the given one, is it that very batch?)."""
         path = self.writer.path(T.WATERMARKS)
-        if not T.table_exists(self.spark, path):
+        if not T.table_exists(path):
             return None, False
-        from pyspark.sql import functions as F
-
-        rows = (
-            T.read_table(self.spark, path)
-            .where(F.col("batch_id") <= batch_id)
-            .orderBy(F.col("batch_id").desc())
-            .limit(1)
-            .collect()
-        )
-        if not rows:
+        marks = T.read_local(path)
+        marks = marks[marks["batch_id"] <= batch_id]
+        if marks.empty:
             return None, False
-        row = rows[0]
-        if row["batch_id"] == batch_id:
-            return row, True
-        return row, False
+        row = marks.loc[marks["batch_id"].idxmax()].to_dict()
+        return row, int(row["batch_id"]) == batch_id
 
-    def _load_state(self, marker) -> PipelineState:
+    def _load_state(self, marker: dict | None) -> PipelineState:
         if marker is None:
             return PipelineState()
         progress = (
-            T.read_table(self.spark, self.writer.path(T.HOST_PROGRESS), marker["hosts_version"])
-            .toPandas()
+            T.read_local(self.writer.path(T.HOST_PROGRESS), int(marker["hosts_version"]))
             .astype({"progress_ms": "int64", "last_batch": "int64"})
             .set_index("host")
         )
-        open_windows = (
-            T.read_table(self.spark, self.writer.path(T.OPEN_WINDOWS), marker["open_version"])
-            .toPandas()
-            .astype({"window_start_ms": "int64", "events": "int64", "value_sum": "float64"})
+        open_windows = T.read_local(self.writer.path(T.OPEN_WINDOWS), int(marker["open_version"])).astype(
+            {"window_start_ms": "int64", "events": "int64", "value_sum": "float64"}
         )
+        watermark = marker["watermark_ms"]
         return PipelineState(
             batch_id=int(marker["batch_id"]),
-            watermark=marker["watermark_ms"],
-            progress=progress,
+            watermark=None if pd.isna(watermark) else int(watermark),
+            progress=progress[["progress_ms", "last_batch"]],
             open_windows=open_windows[OPEN_COLUMNS],
         )
 
@@ -240,8 +241,13 @@ class BatchProcessor:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
+        phases = _Phases()
         state, committed = self.state_before(batch_id)
+        phases.lap("load_state")
         if committed:
+            # Every table already holds this batch; still run the plan to its end so the dedup
+            # operator commits its state version for the batch (Spark validates that it did).
+            batch.write.format("noop").mode("overwrite").save()
             self._state = None  # reload from Delta for the next batch
             summary = BatchSummary(batch_id, 0, 0, 0, 0, None, None, 0, 0, 0, 0, 0, 0.0, True)
             self._report(summary)
@@ -277,6 +283,7 @@ class BatchProcessor:
                 F.count_if(~ok).alias("quarantined"),
             ).first()
             n_events, n_hb, n_bad = counts["events"], counts["heartbeats"], counts["quarantined"]
+            phases.lap("parse_dedup_count")
 
             if n_bad:
                 quarantine = batch.where(~ok).select(
@@ -287,6 +294,7 @@ class BatchProcessor:
                     "ingest_ts",
                 )
                 self.writer.write(quarantine, T.QUARANTINE, batch_id)
+                phases.lap("write_quarantine")
 
             late_count = 0
             batch_partials = pd.DataFrame(columns=OPEN_COLUMNS)
@@ -305,6 +313,7 @@ class BatchProcessor:
                     "source",
                 )
                 self.writer.write(events_out, T.EVENTS, batch_id)
+                phases.lap("write_events")
                 if prev_wm is not None:
                     late = events.where("is_late")
                     late_count = late.count()
@@ -317,20 +326,20 @@ class BatchProcessor:
                             "key",
                             "value",
                             F.timestamp_millis("window_start_ms").alias("window_start"),
-                            F.timestamp_millis(F.col("window_start_ms") + F.lit(size)).alias(
-                                "window_end"
-                            ),
+                            F.timestamp_millis(F.col("window_start_ms") + F.lit(size)).alias("window_end"),
                             F.timestamp_millis(F.lit(prev_wm)).alias("watermark_at_arrival"),
                             F.lit(batch_id).alias("batch_id"),
                             "ingest_ts",
                             "source",
                         )
                         self.writer.write(late_out, T.LATE_EVENTS, batch_id)
+                    phases.lap("write_late")
                 batch_partials = (
                     aggregate_windows(events.where(~F.col("is_late")), size)
                     .toPandas()
                     .astype({"window_start_ms": "int64", "events": "int64"})
                 )
+                phases.lap("aggregate_windows")
 
             # Host progress: events and heartbeats both move their host.
             batch_hosts = (
@@ -344,13 +353,10 @@ class BatchProcessor:
             values = progress["progress_ms"].to_numpy(dtype=np.int64)
             candidate = precise_watermark(values, cfg.watermark.precision_fraction)
             watermark = (
-                prev_wm
-                if candidate is None or (prev_wm is not None and candidate < prev_wm)
-                else candidate
+                prev_wm if candidate is None or (prev_wm is not None and candidate < prev_wm) else candidate
             )
-            hosts_behind = (
-                int(np.count_nonzero(values < watermark)) if watermark is not None else len(values)
-            )
+            phases.lap("host_progress")
+            hosts_behind = int(np.count_nonzero(values < watermark)) if watermark is not None else len(values)
 
             open_windows = _sum_partials(state.open_windows, batch_partials)
             closing_mask = (
@@ -362,39 +368,26 @@ class BatchProcessor:
             remaining = open_windows[~closing_mask]
 
             if len(closing):
-                closed = self.spark.createDataFrame(
-                    closing.assign(
-                        batch_id=batch_id,
-                        watermark_ms=watermark,
-                    ),
-                    schema=(
-                        "window_start_ms long, key string, events long, value_sum double, "
-                        "batch_id long, watermark_ms long"
-                    ),
-                ).select(
-                    F.timestamp_millis("window_start_ms").alias("window_start"),
-                    F.timestamp_millis(F.col("window_start_ms") + F.lit(size)).alias("window_end"),
-                    "key",
-                    "events",
-                    "value_sum",
-                    "batch_id",
-                    F.timestamp_millis("watermark_ms").alias("watermark"),
-                    F.current_timestamp().alias("committed_at"),
+                self.writer.write_local(
+                    _closed_windows_table(closing, size, batch_id, watermark), T.WINDOWS, batch_id
                 )
-                self.writer.write(closed, T.WINDOWS, batch_id)
+                phases.lap("write_windows")
 
-            hosts_version = self._write_state(
-                progress.reset_index()[HOST_COLUMNS],
+            hosts_version = self.writer.write_local(
+                pa.Table.from_pandas(
+                    progress.reset_index()[HOST_COLUMNS], schema=HOST_SCHEMA, preserve_index=False
+                ),
                 T.HOST_PROGRESS,
-                "host string, progress_ms long, last_batch long",
                 batch_id,
+                mode="overwrite",
             )
-            open_version = self._write_state(
-                remaining[OPEN_COLUMNS],
+            open_version = self.writer.write_local(
+                pa.Table.from_pandas(remaining[OPEN_COLUMNS], schema=OPEN_SCHEMA, preserve_index=False),
                 T.OPEN_WINDOWS,
-                "window_start_ms long, key string, events long, value_sum double",
                 batch_id,
+                mode="overwrite",
             )
+            phases.lap("write_state")
 
             summary = BatchSummary(
                 batch_id=batch_id,
@@ -410,8 +403,10 @@ class BatchProcessor:
                 windows_closed=len(closing),
                 open_windows=len(remaining),
                 seconds=time.monotonic() - started,
+                phases=phases.times,
             )
             self._write_marker(summary, hosts_version, open_version)
+            phases.lap("write_marker")
             self._state = PipelineState(
                 batch_id=batch_id,
                 watermark=watermark,
@@ -422,66 +417,107 @@ class BatchProcessor:
         finally:
             batch.unpersist()
 
-    def _write_state(self, frame: pd.DataFrame, table: str, schema: str, batch_id: int) -> int:
-        sdf = self.spark.createDataFrame(frame, schema=schema)
-        self.writer.write(
-            sdf.coalesce(1), table, batch_id, mode="overwrite", options={"overwriteSchema": "true"}
-        )
-        return T.latest_version(self.spark, self.writer.path(table))
-
     def _write_marker(self, s: BatchSummary, hosts_version: int, open_version: int) -> None:
-        from pyspark.sql import functions as F
-
-        row = pd.DataFrame(
-            [
-                {
-                    "batch_id": s.batch_id,
-                    "run_id": self.identity.run_id,
-                    "watermark_ms": s.watermark,
-                    "previous_ms": s.previous,
-                    "hosts_seen": s.hosts_seen,
-                    "hosts_required": s.hosts_required,
-                    "hosts_behind": s.hosts_behind,
-                    "events": s.events,
-                    "heartbeats": s.heartbeats,
-                    "late_events": s.late,
-                    "quarantined": s.quarantined,
-                    "windows_closed": s.windows_closed,
-                    "open_windows": s.open_windows,
-                    "hosts_version": hosts_version,
-                    "open_version": open_version,
-                    "batch_seconds": s.seconds,
-                    "committed_at_ms": now_ms(),
-                }
-            ]
-        )
-        frame = self.spark.createDataFrame(row, schema=MARKER_SCHEMA).select(
-            "*",
-            F.timestamp_millis("watermark_ms").alias("watermark"),
-            F.timestamp_millis("committed_at_ms").alias("committed_at"),
-        )
-        self.writer.write(frame, T.WATERMARKS, s.batch_id)
+        committed = now_ms()
+        row = {
+            "batch_id": s.batch_id,
+            "run_id": self.identity.run_id,
+            "watermark_ms": s.watermark,
+            "watermark": s.watermark,
+            "previous_ms": s.previous,
+            "hosts_seen": s.hosts_seen,
+            "hosts_required": s.hosts_required,
+            "hosts_behind": s.hosts_behind,
+            "events": s.events,
+            "heartbeats": s.heartbeats,
+            "late_events": s.late,
+            "quarantined": s.quarantined,
+            "windows_closed": s.windows_closed,
+            "open_windows": s.open_windows,
+            "hosts_version": hosts_version,
+            "open_version": open_version,
+            "batch_seconds": s.seconds,
+            "committed_at_ms": committed,
+            "committed_at": committed,
+        }
+        table = pa.Table.from_pylist([row], schema=MARKER_SCHEMA)
+        self.writer.write_local(table, T.WATERMARKS, s.batch_id)
 
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
         self.echo(f"[{self.config.pipeline}] {summary.line()}")
 
 
-MARKER_SCHEMA = (
-    "batch_id long, run_id string, watermark_ms long, previous_ms long, hosts_seen long, "
-    "hosts_required long, hosts_behind long, events long, heartbeats long, late_events long, "
-    "quarantined long, windows_closed long, open_windows long, hosts_version long, "
-    "open_version long, batch_seconds double, committed_at_ms long"
+_TS = pa.timestamp("ms", tz="UTC")
+HOST_SCHEMA = pa.schema([("host", pa.string()), ("progress_ms", pa.int64()), ("last_batch", pa.int64())])
+OPEN_SCHEMA = pa.schema(
+    [
+        ("window_start_ms", pa.int64()),
+        ("key", pa.string()),
+        ("events", pa.int64()),
+        ("value_sum", pa.float64()),
+    ]
 )
+WINDOW_SCHEMA = pa.schema(
+    [
+        ("window_start", _TS),
+        ("window_end", _TS),
+        ("key", pa.string()),
+        ("events", pa.int64()),
+        ("value_sum", pa.float64()),
+        ("batch_id", pa.int64()),
+        ("watermark", _TS),
+        ("committed_at", _TS),
+    ]
+)
+MARKER_SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("run_id", pa.string()),
+        ("watermark_ms", pa.int64()),
+        ("watermark", _TS),
+        ("previous_ms", pa.int64()),
+        ("hosts_seen", pa.int64()),
+        ("hosts_required", pa.int64()),
+        ("hosts_behind", pa.int64()),
+        ("events", pa.int64()),
+        ("heartbeats", pa.int64()),
+        ("late_events", pa.int64()),
+        ("quarantined", pa.int64()),
+        ("windows_closed", pa.int64()),
+        ("open_windows", pa.int64()),
+        ("hosts_version", pa.int64()),
+        ("open_version", pa.int64()),
+        ("batch_seconds", pa.float64()),
+        ("committed_at_ms", pa.int64()),
+        ("committed_at", _TS),
+    ]
+)
+
+
+def _closed_windows_table(closing: pd.DataFrame, size: int, batch_id: int, watermark: int) -> pa.Table:
+    starts = closing["window_start_ms"].to_numpy(dtype="int64")
+    n = len(closing)
+    return pa.Table.from_arrays(
+        [
+            pa.array(starts, pa.int64()).cast(_TS),
+            pa.array(starts + size, pa.int64()).cast(_TS),
+            pa.array(closing["key"].astype(str).to_list(), pa.string()),
+            pa.array(closing["events"].to_numpy(dtype="int64")),
+            pa.array(closing["value_sum"].to_numpy(dtype="float64")),
+            pa.array(np.full(n, batch_id, dtype="int64")),
+            pa.array(np.full(n, watermark, dtype="int64")).cast(_TS),
+            pa.array(np.full(n, now_ms(), dtype="int64")).cast(_TS),
+        ],
+        schema=WINDOW_SCHEMA,
+    )
 
 
 def _merge_progress(state: pd.DataFrame, batch: pd.DataFrame, batch_id: int) -> pd.DataFrame:
     """Per-host max of progress; ``last_batch`` is the batch that last moved the host."""
     if batch.empty:
         return state
-    incoming = batch.assign(last_batch=batch_id).astype(
-        {"progress_ms": "int64", "last_batch": "int64"}
-    )
+    incoming = batch.assign(last_batch=batch_id).astype({"progress_ms": "int64", "last_batch": "int64"})
     if state.empty:
         return incoming[["progress_ms", "last_batch"]]
     joined = state.join(incoming, how="outer", lsuffix="_old")
@@ -491,9 +527,7 @@ def _merge_progress(state: pd.DataFrame, batch: pd.DataFrame, batch_id: int) -> 
     return pd.DataFrame(
         {
             "progress_ms": np.where(moved, new, old).astype("int64"),
-            "last_batch": np.where(moved, joined["last_batch"], joined["last_batch_old"]).astype(
-                "int64"
-            ),
+            "last_batch": np.where(moved, joined["last_batch"], joined["last_batch_old"]).astype("int64"),
         },
         index=joined.index.rename("host"),
     )
@@ -534,9 +568,7 @@ def start_stream(
     return writer.start(), processor
 
 
-def run_stream(
-    spark: SparkSession, config: PipelineConfig, once: bool, echo=print
-) -> BatchProcessor:
+def run_stream(spark: SparkSession, config: PipelineConfig, once: bool, echo=print) -> BatchProcessor:
     query, processor = start_stream(spark, config, once, echo=echo)
     try:
         query.awaitTermination()

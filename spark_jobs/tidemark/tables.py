@@ -17,7 +17,12 @@ _state/*       host progress and open-window partial sums, overwritten every bat
 
 Every write of batch N carries Delta's ``txnAppId``/``txnVersion`` = (run identity, N): Delta skips
 a write whose version it has already committed for that app id, so a replayed batch changes
-nothing. The run identity lives in the checkpoint *and* beside the tables; a job whose checkpoint
+nothing. Frames that come from executors (events, late events, quarantine) are written by Spark;
+the small frames the driver computes (closed windows, state, the watermark row) are written by
+delta-rs (the ``deltalake`` package) with the same app-transaction check, which saves a Spark
+job and most of a second per write.
+
+The run identity lives in the checkpoint *and* beside the tables; a job whose checkpoint
 is missing or belongs to other tables refuses to start instead of skipping or repeating writes.
 """
 
@@ -35,6 +40,8 @@ from tidemark.config import PipelineConfig
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 EVENTS = "events"
@@ -110,8 +117,7 @@ def ensure_identity(config: PipelineConfig) -> RunIdentity:
     if ck_id is None and tb_id is None:
         if _tables_have_data(tables_root):
             raise IdentityError(
-                f"tables under {tables_root} exist without a Tidemark identity; refusing to "
-                "write into them"
+                f"tables under {tables_root} exist without a Tidemark identity; refusing to write into them"
             )
         identity = RunIdentity(
             pipeline=config.pipeline,
@@ -175,17 +181,44 @@ class TableWriter:
         writer.save(self.path(table))
         faults.reached(f"after:{table}", batch_id)
 
+    def write_local(self, data: pa.Table, table: str, batch_id: int, mode: str = "append") -> int:
+        """Idempotent delta-rs write of a driver-side frame; returns the table version after it."""
+        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-def table_exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
+        faults.reached(f"before:{table}", batch_id)
+        path = self.path(table)
+        app_id = f"{self.identity.app_id}:{table}"
+        if DeltaTable.is_deltatable(path):
+            existing = DeltaTable(path)
+            done = existing.transaction_version(app_id)
+            if done is not None and done >= batch_id:
+                return existing.version()
+        write_deltalake(
+            path,
+            data,
+            mode=mode,
+            schema_mode="overwrite" if mode == "overwrite" else None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id, batch_id)],
+                custom_metadata={"tidemark_batch": str(batch_id)},
+            ),
+        )
+        faults.reached(f"after:{table}", batch_id)
+        return DeltaTable(path).version()
 
-    return DeltaTable.isDeltaTable(spark, path)
+
+def table_exists(path: str) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(path)
 
 
-def latest_version(spark: SparkSession, path: str) -> int:
-    from delta.tables import DeltaTable
+def read_local(path: str, version: int | None = None) -> pd.DataFrame:
+    """A small Delta table as pandas, through delta-rs (no JVM)."""
+    from deltalake import DeltaTable
 
-    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+    table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
+    return table.to_pandas()
 
 
 def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:

@@ -35,9 +35,7 @@ def parse_duration_ms(text: str | int) -> int:
         return text
     match = _DURATION.match(str(text))
     if not match:
-        raise ValueError(
-            f"not a duration: {text!r} (use a whole number with ms, s, m, h or d, e.g. '1m')"
-        )
+        raise ValueError(f"not a duration: {text!r} (use a whole number with ms, s, m, h or d, e.g. '1m')")
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 

@@ -75,9 +75,7 @@ class WatermarkUpdate:
 
     @property
     def advanced(self) -> bool:
-        return self.watermark is not None and (
-            self.previous is None or self.watermark > self.previous
-        )
+        return self.watermark is not None and (self.previous is None or self.watermark > self.previous)
 
 
 class MonotonicWatermark:

@@ -135,6 +135,6 @@ def test_up_to_floor_one_minus_q_laggards_do_not_hold_it_and_one_more_does(n, q,
     lag = data.draw(st.lists(st.integers(0, 99), min_size=allowed + 1, max_size=allowed + 1))
     ahead = [1_000] * (n - allowed - 1)
     # `allowed` laggards: the watermark advances with the rest.
-    assert precise_watermark(ahead + [1_000] + lag[:allowed], q) == 1_000
+    assert precise_watermark([*ahead, 1000, *lag[:allowed]], q) == 1_000
     # one more laggard: held by the slowest of the rest, i.e. the fastest laggard.
     assert precise_watermark(ahead + lag, q) == max(lag)

@@ -1,0 +1,158 @@
+"""Shared test helpers: small scenarios, configs, and an independent oracle.
+
+The oracle re-implements the record contract in plain Python (json + dict checks, no Spark),
+so the stream's results are compared against something that shares none of its code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from tidemark.config import PipelineConfig, load_config
+from tidemark.generator import Scenario
+
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$")
+MIN_EVENT_TIME = 946_684_800_000  # 2000-01-01
+MAX_SKEW = 5 * 60_000
+
+
+def small_scenario(**overrides) -> Scenario:
+    base = dict(
+        hosts=50,
+        minutes=6,
+        events_per_host_per_minute=10,
+        lag_share=0.04,  # 2 of 50 hosts
+        lag_minutes=2.0,
+        duplicate_rate=0.05,
+        malformed_rate=0.01,
+        file_span_s=30,
+        seed=7,
+    )
+    base.update(overrides)
+    return Scenario(**base)
+
+
+def write_config(root: Path, name: str = "t", **overrides) -> PipelineConfig:
+    data = {
+        "pipeline": name,
+        "source": {"kind": "files", "path": str(root / "landing"), "max_files_per_trigger": 2},
+        "warehouse": str(root / "warehouse"),
+        "checkpoint": str(root / "checkpoints" / name),
+        "window": "1m",
+        "watermark": {"precision": 0.96},
+        "spark": {"shuffle_partitions": 2},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return load_config(path)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def oracle_good_records(landing: Path) -> dict[str, dict]:
+    """Unique valid records by event_id, by the contract, in plain Python."""
+    unique: dict[str, dict] = {}
+    for file in sorted(landing.iterdir()):
+        if file.name.startswith(("_", ".")):
+            continue
+        arrival = int(os.stat(file).st_mtime * 1000)
+        for line in file.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict) or rec.get("heartbeat") is True:
+                continue
+            eid, host, et = rec.get("event_id"), rec.get("host"), rec.get("event_time")
+            if not (isinstance(eid, str) and eid.strip() and isinstance(host, str)):
+                continue
+            if not (HOST_RE.match(host) and _is_int(et) and et >= MIN_EVENT_TIME):
+                continue
+            mt = rec.get("msg_time")
+            if mt is not None and not _is_int(mt):
+                continue
+            if (mt is not None and et - mt > MAX_SKEW) or et - arrival > MAX_SKEW:
+                continue
+            if rec.get("key") is not None and not isinstance(rec["key"], str):
+                continue
+            unique.setdefault(eid, rec)
+    return unique
+
+
+def oracle_window_counts(landing: Path, window_ms: int = 60_000) -> Counter:
+    counts: Counter = Counter()
+    for rec in oracle_good_records(landing).values():
+        et = rec["event_time"]
+        counts[(et - et % window_ms, rec.get("key") or "")] += 1
+    return counts
+
+
+def stream_window_counts(spark, config: PipelineConfig) -> tuple[Counter, Counter, int]:
+    """(windows + late per (window_ms, key), late per (window_ms, key), duplicate window rows)."""
+    from pyspark.sql import functions as F
+
+    windows = spark.read.format("delta").load(config.table_path("windows"))
+    rows = windows.select(F.unix_millis("window_start").alias("w"), "key", "events").collect()
+    combined: Counter = Counter()
+    seen: Counter = Counter()
+    for r in rows:
+        combined[(r["w"], r["key"])] += r["events"]
+        seen[(r["w"], r["key"])] += 1
+    late: Counter = Counter()
+    late_path = Path(config.table_path("late_events"))
+    if (late_path / "_delta_log").is_dir():
+        for r in (
+            spark.read.format("delta")
+            .load(str(late_path))
+            .select(F.unix_millis("window_start").alias("w"), "key")
+            .collect()
+        ):
+            late[(r["w"], r["key"])] += 1
+            combined[(r["w"], r["key"])] += 1
+    duplicates = sum(n - 1 for n in seen.values() if n > 1)
+    return combined, late, duplicates
+
+
+def closed_only(counts: Counter, watermark_ms: int, window_ms: int = 60_000) -> Counter:
+    return Counter({k: v for k, v in counts.items() if k[0] + window_ms <= watermark_ms})
+
+
+def assert_exactly_once(spark, config: PipelineConfig, truth) -> None:
+    """Windows + late events equal the independent recompute exactly; nothing stored twice."""
+    from pyspark.sql import functions as F
+
+    landing = Path(config.source.path)
+
+    def table(name):
+        return spark.read.format("delta").load(config.table_path(name))
+
+    oracle = oracle_good_records(landing)
+    events = table("events")
+    assert events.count() == len(oracle) == truth.unique_events, "events lost or duplicated"
+    assert events.select("event_id").distinct().count() == events.count()
+    combined, _late, duplicate_rows = stream_window_counts(spark, config)
+    assert duplicate_rows == 0, "a window row was written twice"
+    assert combined == oracle_window_counts(landing), "windows + late differ from the oracle"
+    late_rows = table("late_events")
+    assert late_rows.select("event_id").distinct().count() == late_rows.count()
+    assert table("quarantine").count() == truth.malformed_lines, "quarantine lost or repeated"
+    marks = table("watermarks").select("batch_id", "watermark_ms").orderBy("batch_id").collect()
+    assert len({m["batch_id"] for m in marks}) == len(marks), "a batch committed twice"
+    values = [m["watermark_ms"] for m in marks if m["watermark_ms"] is not None]
+    assert values == sorted(values), "watermark moved backwards"
+    assert table("windows").where(F.col("window_end") > F.col("watermark")).count() == 0

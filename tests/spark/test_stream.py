@@ -1,0 +1,127 @@
+"""The streaming job on real Spark + Delta, checked against the independent oracle."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import pytest
+from helpers import (
+    oracle_good_records,
+    oracle_window_counts,
+    small_scenario,
+    stream_window_counts,
+    write_config,
+)
+from pyspark.sql import functions as F
+
+from tidemark.generator import generate_files, read_manifest
+from tidemark.stream import run_stream
+from tidemark.tables import IdentityError, ensure_identity
+
+
+@pytest.fixture(scope="module")
+def streamed(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("stream")
+    config = write_config(root)
+    scenario = small_scenario()
+    truth = generate_files(scenario, config.source.path)
+    processor = run_stream(spark, config, once=True, echo=lambda m: None)
+    return config, scenario, truth, processor
+
+
+def _table(spark, config, name):
+    return spark.read.format("delta").load(config.table_path(name))
+
+
+def test_streams_in_several_micro_batches(streamed):
+    *_, processor = streamed
+    assert len([s for s in processor.summaries if not s.skipped]) >= 5
+
+
+def test_every_unique_record_is_stored_once_and_retries_are_dropped(spark, streamed):
+    config, _, truth, _ = streamed
+    events = _table(spark, config, "events")
+    oracle = oracle_good_records(__import__("pathlib").Path(config.source.path))
+    assert truth.duplicate_copies > 0
+    assert events.count() == len(oracle) == truth.unique_events
+    assert events.select("event_id").distinct().count() == events.count()
+
+
+def test_malformed_lines_are_quarantined_with_reason_and_batch(spark, streamed):
+    config, _, truth, _ = streamed
+    rows = _table(spark, config, "quarantine").collect()
+    assert truth.malformed_lines > 0
+    assert len(rows) == truth.malformed_lines
+    assert all(r["reason"] and r["raw"] and r["batch_id"] is not None for r in rows)
+    reasons = Counter(r["reason"].split(":")[0] for r in rows)
+    assert {"invalid JSON", "truncated JSON", "missing event_id"} <= set(reasons)
+
+
+def test_windows_close_only_once_the_watermark_has_passed_them(spark, streamed):
+    config, *_ = streamed
+    windows = _table(spark, config, "windows")
+    assert windows.count() > 0
+    assert windows.where(F.col("window_end") > F.col("watermark")).count() == 0
+    marks = [r["watermark_ms"] for r in _table(spark, config, "watermarks").orderBy("batch_id").collect()]
+    assert marks == sorted(marks), "watermark moved backwards"
+    # A window row is written once: its watermark at commit passed it, the previous did not.
+    per_batch = {r["batch_id"]: r["previous_ms"] for r in _table(spark, config, "watermarks").collect()}
+    for row in windows.select("batch_id", F.unix_millis("window_end").alias("end")).collect():
+        previous = per_batch[row["batch_id"]]
+        assert previous is None or row["end"] > previous
+
+
+def test_windows_plus_late_events_equal_the_oracle_exactly(spark, streamed):
+    config, *_ = streamed
+    combined, _late, duplicate_rows = stream_window_counts(spark, config)
+    assert duplicate_rows == 0
+    assert combined == oracle_window_counts(__import__("pathlib").Path(config.source.path))
+
+
+def test_late_records_are_the_lagging_hosts_and_their_window_was_closed(spark, streamed):
+    config, scenario, *_ = streamed
+    late = _table(spark, config, "late_events")
+    assert late.count() > 0
+    hosts = {r["host"] for r in late.select("host").distinct().collect()}
+    assert hosts <= set(scenario.lagging_hosts())
+    assert late.where(F.col("window_end") > F.col("watermark_at_arrival")).count() == 0
+    manifest = read_manifest(config.source.path)
+    assert manifest["lagging_hosts"] == scenario.lagging_hosts()
+
+
+def test_running_again_changes_nothing(spark, streamed):
+    config, *_ = streamed
+    before = {t: _table(spark, config, t).count() for t in ("events", "windows", "late_events", "watermarks")}
+    processor = run_stream(spark, config, once=True, echo=lambda m: None)
+    after = {t: _table(spark, config, t).count() for t in before}
+    assert after == before
+    assert not [s for s in processor.summaries if not s.skipped and s.events]
+
+
+def test_lost_checkpoint_against_existing_tables_refuses_to_start(streamed, tmp_path):
+    config, *_ = streamed
+    moved = tmp_path / "ck-backup"
+    shutil.move(config.checkpoint, moved)
+    try:
+        with pytest.raises(
+            IdentityError,
+            match=r"checkpoint .* is missing or empty but the tables under .* were written by run",
+        ):
+            ensure_identity(config)
+    finally:
+        shutil.rmtree(config.checkpoint, ignore_errors=True)
+        shutil.move(moved, config.checkpoint)
+    assert ensure_identity(config).pipeline == config.pipeline
+
+
+def test_checkpoint_of_another_pipeline_refuses_to_start(streamed, tmp_path):
+    config, *_ = streamed
+    other = write_config(tmp_path, name="other")
+    ensure_identity(other)  # the other pipeline's own checkpoint + tables
+    foreign = config.model_copy(update={"checkpoint": other.checkpoint})
+    with pytest.raises(
+        IdentityError,
+        match=r"belongs to pipeline 'other' run \w+ but the tables under .* belong to pipeline 't'",
+    ):
+        ensure_identity(foreign)
