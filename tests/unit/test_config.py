@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import pytest
+
+from tidemark.config import ConfigError, load_config, parse_config
+
+BASE = {
+    "pipeline": "clicks",
+    "source": {"kind": "files", "path": "landing"},
+    "warehouse": "wh",
+    "checkpoint": "ck",
+}
+
+
+def test_defaults_and_paths_resolve_against_tidemark_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_HOME", str(tmp_path))
+    config = parse_config(BASE)
+    assert config.window == 60_000 and config.dedup_horizon == 86_400_000
+    assert config.watermark.precision == 0.999 and config.mode == "exactly_once"
+    assert config.source.path == str(tmp_path / "landing")
+    assert config.table_path("windows") == f"{tmp_path}/wh/clicks/windows"
+
+
+def test_unknown_key_fails_with_its_dotted_name():
+    data = {**BASE, "watermark": {"precison": 0.99}}
+    with pytest.raises(ConfigError, match=r"^config <config>: watermark\.precison: unknown key$"):
+        parse_config(data)
+
+
+def test_bad_values_name_the_field():
+    with pytest.raises(ConfigError, match=r"^config <config>: window: not a duration: '1 minute'"):
+        parse_config({**BASE, "window": "1 minute"})
+    with pytest.raises(ConfigError, match=r"pipeline: 'Bad Name' must match \[a-z0-9_-\]\+"):
+        parse_config({**BASE, "pipeline": "Bad Name"})
+    with pytest.raises(ConfigError, match=r"watermark\.precision: Input should be less than or equal to 1"):
+        parse_config({**BASE, "watermark": {"precision": 1.5}})
+
+
+def test_missing_required_keys_are_listed():
+    with pytest.raises(ConfigError, match=r"warehouse: required key is missing; checkpoint: required key"):
+        parse_config({"pipeline": "x", "source": {"path": "p"}})
+
+
+def test_kafka_source_needs_bootstrap_and_topic():
+    with pytest.raises(ConfigError, match=r"source: bootstrap_servers and topic: required"):
+        parse_config({**BASE, "source": {"kind": "kafka"}})
+
+
+def test_load_config_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"config .*nope\.yaml: file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipeline: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"config .*bad\.yaml: not valid YAML"):
+        load_config(bad)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match=r"expected a mapping of keys, got list"):
+        load_config(listy)

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from tidemark.generator import Scenario, generate_files, iter_buckets, read_manifest
+
+
+def _records(directory):
+    for f in sorted(directory.glob("part-*.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                yield f.name, rec
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
+    s = Scenario(hosts=20, minutes=3, events_per_host_per_minute=5, seed=1)
+    generate_files(s, tmp_path / "a")
+    generate_files(s, tmp_path / "b")
+    generate_files(Scenario(hosts=20, minutes=3, events_per_host_per_minute=5, seed=2), tmp_path / "c")
+    a = [p.read_bytes() for p in sorted((tmp_path / "a").glob("part-*"))]
+    assert a == [p.read_bytes() for p in sorted((tmp_path / "b").glob("part-*"))]
+    assert a != [p.read_bytes() for p in sorted((tmp_path / "c").glob("part-*"))]
+
+
+def test_each_hosts_records_stay_in_event_time_order_across_files(tmp_path):
+    s = Scenario(hosts=30, minutes=4, events_per_host_per_minute=8, lag_share=0.1, duplicate_rate=0.0)
+    generate_files(s, tmp_path)
+    last: dict[str, int] = defaultdict(lambda: -1)
+    for _, rec in _records(tmp_path):
+        if "event_id" in rec and isinstance(rec.get("host"), str):
+            assert rec["event_time"] >= last[rec["host"]]
+            last[rec["host"]] = rec["event_time"]
+
+
+def test_truth_counts_match_the_files(tmp_path):
+    s = Scenario(hosts=40, minutes=3, events_per_host_per_minute=10, duplicate_rate=0.1, malformed_rate=0.05)
+    truth = generate_files(s, tmp_path)
+    ids = [
+        r["event_id"]
+        for _, r in _records(tmp_path)
+        if isinstance(r.get("event_id"), str)
+        and isinstance(r.get("host"), str)
+        and isinstance(r.get("event_time"), int)
+        and not r["event_id"].startswith(("bad-", "x-", "y-"))
+    ]
+    assert len(set(ids)) == truth.unique_events == 40 * 3 * 10
+    assert len(ids) - len(set(ids)) == truth.duplicate_copies > 0
+    assert truth.malformed_lines > 0 and truth.heartbeats == 40
+    manifest = read_manifest(tmp_path)
+    assert manifest["truth"]["unique_events"] == truth.unique_events
+
+
+def test_lagging_hosts_land_later_and_retries_land_in_later_files(tmp_path):
+    s = Scenario(
+        hosts=100,
+        minutes=4,
+        events_per_host_per_minute=4,
+        lag_share=0.05,
+        lag_minutes=2,
+        duplicate_rate=0.2,
+        malformed_rate=0.0,
+        file_span_s=60,
+    )
+    generate_files(s, tmp_path)
+    lagging = set(s.lagging_hosts())
+    assert len(lagging) == 5
+    first_file: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    later_copies = 0
+    for name, rec in _records(tmp_path):
+        if rec.get("heartbeat"):
+            continue
+        first_file.setdefault(rec["host"], name)
+        if rec["event_id"] in seen:
+            later_copies += name > seen[rec["event_id"]]
+        seen.setdefault(rec["event_id"], name)
+    assert all(first_file[h] >= "part-000002.jsonl" for h in lagging)
+    assert later_copies > 0
+
+
+def test_files_are_written_whole_and_ordered_by_modification_time(tmp_path):
+    generate_files(Scenario(hosts=10, minutes=3, events_per_host_per_minute=2), tmp_path)
+    files = sorted(tmp_path.glob("part-*.jsonl"))
+    assert not list(tmp_path.glob(".*.tmp"))
+    mtimes = [f.stat().st_mtime for f in files]
+    assert mtimes == sorted(mtimes) and len(set(mtimes)) == len(mtimes)
+
+
+def test_buckets_come_out_in_file_order():
+    indexes = [i for i, _, _ in iter_buckets(Scenario(hosts=5, minutes=5, events_per_host_per_minute=3))]
+    assert indexes == sorted(indexes)
+
+
+def test_invalid_scenario_names_the_field():
+    with pytest.raises(ValueError, match="scenario: invalid value for hosts, lag_share"):
+        Scenario(hosts=0, lag_share=2)
