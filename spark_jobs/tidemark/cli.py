@@ -81,7 +81,13 @@ def _add_scenario_options(p: argparse.ArgumentParser, defaults) -> None:
         "--lag-minutes",
         type=float,
         default=defaults.lag_minutes,
-        help="how far lagging hosts lag, minutes (default %(default)s)",
+        help="how long the lagging hosts' outage lasts, minutes (default %(default)s)",
+    )
+    g.add_argument(
+        "--lag-start",
+        type=float,
+        default=defaults.lag_start_minute,
+        help="minute of the scenario at which the lagging hosts' outage starts (default %(default)s)",
     )
     g.add_argument(
         "--duplicate-rate",
@@ -127,6 +133,7 @@ def _scenario_from(args):
             keys=tuple(k.strip() for k in args.keys.split(",") if k.strip()),
             lag_share=args.lag_share,
             lag_minutes=args.lag_minutes,
+            lag_start_minute=args.lag_start,
             duplicate_rate=args.duplicate_rate,
             malformed_rate=args.malformed_rate,
             seed=args.seed,
@@ -242,6 +249,23 @@ def cmd_reconcile(args) -> int:
     return 0
 
 
+EXIT_STALLED = 4
+
+
+def cmd_watermark(args) -> int:
+    from tidemark.status import read_status
+
+    config = load_config(args.config)
+    status = read_status(config)
+    if args.json:
+        import json
+
+        _echo(json.dumps(status.to_dict(args.limit), indent=2))
+    else:
+        _echo(status.text(args.limit))
+    return EXIT_STALLED if args.fail_on_stall and status.status.state == "STALLED" else 0
+
+
 # ---------------------------------------------------------------------------------------------
 # demo
 # ---------------------------------------------------------------------------------------------
@@ -333,6 +357,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rc.set_defaults(func=cmd_reconcile)
 
+    wm = sub.add_parser(
+        "watermark",
+        help="print a pipeline's watermark status (no Spark: reads the persisted state)",
+        description="Print the current precise watermark, how long since it advanced, its state "
+        "(ADVANCING, STALLED, WAITING), the hosts expected/reporting/lagging and the lagging hosts "
+        "worst first. Reads the Delta state with delta-rs; starts no JVM.",
+    )
+    wm.add_argument("--config", required=True, help="pipeline YAML file")
+    wm.add_argument("--json", action="store_true", help="print the status as JSON for machines")
+    wm.add_argument("--limit", type=int, default=20, help="lagging hosts to list (default %(default)s)")
+    wm.add_argument(
+        "--fail-on-stall",
+        action="store_true",
+        help=f"exit with code {EXIT_STALLED} when the watermark is STALLED",
+    )
+    wm.set_defaults(func=cmd_watermark)
+
     demo = sub.add_parser(
         "demo",
         help="bounded end-to-end run: generate, stream in micro-batches, reconcile, report",
@@ -364,6 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except ConfigError as exc:
         print(f"tidemark: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

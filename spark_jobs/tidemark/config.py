@@ -67,6 +67,14 @@ class SourceConfig(_Strict):
 
 class WatermarkConfig(_Strict):
     precision: float = Field(default=0.999, gt=0, le=1)
+    # Expected source hosts, one per line ('#' comments allowed); re-read when it changes.
+    # Without it, the hosts seen so far are the population.
+    hosts_file: str | None = None
+    # A host is lagging when it is this far behind the median host's progress.
+    lag_threshold: DurationMs = Field(default=parse_duration_ms("1m"))
+    # STALLED: not advanced for this long (processing time) while > (1 - precision) of the
+    # expected hosts lag.
+    stall_after: DurationMs = Field(default=parse_duration_ms("2m"))
 
     @property
     def precision_fraction(self) -> Fraction:

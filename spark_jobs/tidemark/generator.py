@@ -1,12 +1,14 @@
 """Synthetic multi-host log scenarios, deterministic for a given seed.
 
 Each of ``hosts`` hosts writes ``events_per_host_per_minute`` records a minute in event-time order.
-A record *arrives* (lands in the landing zone) at ``event_time + host_delay``: a normal host's
-delay is 0.2-3 s, a lagging host's is ``lag_minutes`` more. Arrival time decides the file: file
-``k`` holds the records arriving in ``[start + k*span, start + (k+1)*span)``, sorted by arrival,
-so each host's records stay in event-time order across files. Faults:
+A record *arrives* (lands in the landing zone) at ``event_time + host_delay`` (0.2-3 s). Arrival
+time decides the file: file ``k`` holds the records arriving in ``[start + k*span,
+start + (k+1)*span)``, sorted by arrival, so each host's records stay in event-time order across
+files. Faults:
 
-* lagging hosts: ``lag_share`` of the hosts, chosen by the seed;
+* lagging hosts: ``lag_share`` of the hosts (chosen by the seed) stop delivering at minute
+  ``lag_start_minute`` for ``lag_minutes`` (a collector outage); the records they wrote meanwhile
+  land together when it ends, still in order, and the hosts are live again after;
 * publisher retries: ``duplicate_rate`` of the records get a second copy (same ``event_id``,
   same content) that lands 30 s to 5 min after the original, usually in a later file;
 * malformed lines: ``malformed_rate`` of the records are followed by a bad line of one of
@@ -47,6 +49,7 @@ class Scenario:
     keys: tuple[str, ...] = DEFAULT_KEYS
     lag_share: float = 0.0005
     lag_minutes: float = 5.0
+    lag_start_minute: float = 2.0
     duplicate_rate: float = 0.01
     malformed_rate: float = 0.0001
     seed: int = 42
@@ -61,6 +64,7 @@ class Scenario:
             "events_per_host_per_minute": self.events_per_host_per_minute >= 1,
             "lag_share": 0 <= self.lag_share <= 1,
             "lag_minutes": self.lag_minutes >= 0,
+            "lag_start_minute": self.lag_start_minute >= 0,
             "duplicate_rate": 0 <= self.duplicate_rate <= 1,
             "malformed_rate": 0 <= self.malformed_rate <= 1,
             "file_span_s": self.file_span_s >= 1,
@@ -115,8 +119,10 @@ def iter_buckets(s: Scenario, truth: Truth | None = None) -> Iterator[Bucket]:
     rng = random.Random(s.seed)
     names = s.host_names
     lagging = set(s.lagging_hosts())
-    lag_ms = int(s.lag_minutes * MS_PER_MINUTE)
-    delays = [rng.randint(200, 3000) + (lag_ms if h in lagging else 0) for h in names]
+    outage_start = s.start_ms + int(s.lag_start_minute * MS_PER_MINUTE)
+    outage_end = outage_start + int(s.lag_minutes * MS_PER_MINUTE)
+    delays = [rng.randint(200, 3000) for _ in names]
+    held = [host in lagging for host in names]
     span = s.file_span_s * 1000
     seq = [0] * s.hosts
     pending: dict[int, list[tuple[int, int, str]]] = {}
@@ -146,6 +152,8 @@ def iter_buckets(s: Scenario, truth: Truth | None = None) -> Iterator[Bucket]:
                     f'"msg_time":{mt},"key":"{key}","value":{rng.randrange(1000) / 100}}}'
                 )
                 arrival = et + delay
+                if held[h] and outage_start <= et < outage_end:
+                    arrival = outage_end + delay  # delivered in one burst when the outage ends
                 put(arrival, line)
                 truth.unique_events += 1
                 if rng.random() < s.duplicate_rate:

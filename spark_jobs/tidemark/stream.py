@@ -29,7 +29,10 @@ expired as late and a retry is caught however old its event time.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -40,10 +43,16 @@ import pyarrow as pa
 
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
-from tidemark.config import PipelineConfig
+from tidemark.config import ConfigError, PipelineConfig
 from tidemark.records import drop_blank_lines, parse_records, read_landing_files
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
-from tidemark.watermark import precise_watermark, required_hosts
+from tidemark.watermark import (
+    STALLED,
+    evaluate_status,
+    precise_watermark,
+    read_hosts_file,
+    required_hosts,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,47 +64,61 @@ HOST_COLUMNS = ["host", "progress_ms", "last_batch"]
 OPEN_COLUMNS = ["window_start_ms", "key", "events", "value_sum"]
 
 
+def _empty_progress() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"progress_ms": pd.Series(dtype="int64"), "last_batch": pd.Series(dtype="int64")},
+        index=pd.Index([], name="host", dtype="object"),
+    )
+
+
+def _empty_open() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "window_start_ms": pd.Series(dtype="int64"),
+            "key": pd.Series(dtype="object"),
+            "events": pd.Series(dtype="int64"),
+            "value_sum": pd.Series(dtype="float64"),
+        }
+    )
+
+
 @dataclass
 class PipelineState:
     """What batch ``batch_id`` left behind; the input of batch ``batch_id + 1``."""
 
     batch_id: int = -1
     watermark: int | None = None
-    progress: pd.DataFrame = field(
-        default_factory=lambda: pd.DataFrame(
-            {"progress_ms": pd.Series(dtype="int64"), "last_batch": pd.Series(dtype="int64")},
-            index=pd.Index([], name="host", dtype="object"),
-        )
-    )
-    open_windows: pd.DataFrame = field(
-        default_factory=lambda: pd.DataFrame(
-            {
-                "window_start_ms": pd.Series(dtype="int64"),
-                "key": pd.Series(dtype="object"),
-                "events": pd.Series(dtype="int64"),
-                "value_sum": pd.Series(dtype="float64"),
-            }
-        )
-    )
+    advanced_at_ms: int | None = None  # processing time of the batch that last moved it
+    stall_since_ms: int | None = None  # an open stall: when the watermark stopped moving
+    stall_hosts: tuple[str, ...] = ()
+    progress: pd.DataFrame = field(default_factory=_empty_progress)
+    open_windows: pd.DataFrame = field(default_factory=_empty_open)
 
 
 @dataclass(frozen=True)
 class BatchSummary:
     batch_id: int
-    events: int
-    heartbeats: int
-    late: int
-    quarantined: int
-    watermark: int | None
-    previous: int | None
-    hosts_seen: int
-    hosts_required: int
-    hosts_behind: int
-    windows_closed: int
-    open_windows: int
-    seconds: float
+    events: int = 0
+    heartbeats: int = 0
+    late: int = 0
+    quarantined: int = 0
+    watermark: int | None = None
+    previous: int | None = None
+    hosts_total: int = 0
+    hosts_reporting: int = 0
+    hosts_required: int = 0
+    hosts_behind: int = 0
+    hosts_lagging: int = 0
+    state: str = ""
+    windows_closed: int = 0
+    open_windows: int = 0
+    seconds: float = 0.0
     skipped: bool = False
     phases: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def hosts_seen(self) -> int:
+        return self.hosts_reporting
 
     def line(self) -> str:
         if self.skipped:
@@ -108,9 +131,9 @@ class BatchSummary:
         return (
             f"batch {self.batch_id}: {self.events:,} events, {self.late:,} late, "
             f"{self.quarantined:,} quarantined | watermark {format_instant_ms(self.watermark)}"
-            f"{moved} | hosts {self.hosts_seen:,} seen, {self.hosts_behind:,} behind | "
-            f"{self.windows_closed:,} window rows closed, {self.open_windows:,} open | "
-            f"{self.seconds:.1f}s"
+            f"{moved} {self.state} | hosts {self.hosts_reporting:,}/{self.hosts_total:,} reporting, "
+            f"{self.hosts_lagging:,} lagging | {self.windows_closed:,} window rows closed, "
+            f"{self.open_windows:,} open | {self.seconds:.1f}s"
         )
 
 
@@ -191,10 +214,11 @@ class BatchProcessor:
         self.identity = identity
         self.writer = T.TableWriter(config, identity)
         self.echo = echo
+        self.hosts = ExpectedHosts(config.watermark.hosts_file)
         self._state: PipelineState | None = None
         self.summaries: list[BatchSummary] = []
 
-    # -- state ----------------------------------------------------------------------------
+    # -- state -------------------------------------------------------------------------------
     def _marker_before(self, batch_id: int) -> tuple[dict | None, bool]:
         """(newest watermark row with batch_id <= the given one, is it that very batch?)."""
         path = self.writer.path(T.WATERMARKS)
@@ -218,10 +242,12 @@ class BatchProcessor:
         open_windows = T.read_local(self.writer.path(T.OPEN_WINDOWS), int(marker["open_version"])).astype(
             {"window_start_ms": "int64", "events": "int64", "value_sum": "float64"}
         )
-        watermark = marker["watermark_ms"]
         return PipelineState(
             batch_id=int(marker["batch_id"]),
-            watermark=None if pd.isna(watermark) else int(watermark),
+            watermark=_optional_int(marker["watermark_ms"]),
+            advanced_at_ms=_optional_int(marker["advanced_at_ms"]),
+            stall_since_ms=_optional_int(marker["stall_since_ms"]),
+            stall_hosts=tuple(json.loads(marker["stall_hosts"] or "[]")),
             progress=progress[["progress_ms", "last_batch"]],
             open_windows=open_windows[OPEN_COLUMNS],
         )
@@ -238,8 +264,6 @@ class BatchProcessor:
 
     # -- the batch ---------------------------------------------------------------------------
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         started = time.monotonic()
         phases = _Phases()
         state, committed = self.state_before(batch_id)
@@ -249,175 +273,235 @@ class BatchProcessor:
             # operator commits its state version for the batch (Spark validates that it did).
             batch.write.format("noop").mode("overwrite").save()
             self._state = None  # reload from Delta for the next batch
-            summary = BatchSummary(batch_id, 0, 0, 0, 0, None, None, 0, 0, 0, 0, 0, 0.0, True)
-            self._report(summary)
+            self._report(BatchSummary(batch_id, skipped=True))
             return
-        cfg = self.config
-        size = cfg.window
-        prev_wm = state.watermark
         batch = batch.persist()
         try:
-            ok = F.col("reason").isNull()
-            is_event = ok & ~F.col("heartbeat")
-            events = batch.where(is_event).select(
-                "event_id",
-                "host",
-                "event_time",
-                "msg_time",
-                "key",
-                "value",
-                window_start_col("event_time", size).alias("window_start_ms"),
-                "source",
-                "ingest_ts",
+            summary, new_state = self._process(batch, batch_id, state, phases)
+        finally:
+            batch.unpersist()
+        summary = dataclasses.replace(summary, seconds=time.monotonic() - started, phases=phases.times)
+        self._state = new_state
+        self._report(summary)
+
+    def _process(
+        self, batch: DataFrame, batch_id: int, state: PipelineState, phases: _Phases
+    ) -> tuple[BatchSummary, PipelineState]:
+        from pyspark.sql import functions as F
+
+        cfg, size, prev_wm = self.config, self.config.window, state.watermark
+        ok = F.col("reason").isNull()
+        is_event = ok & ~F.col("heartbeat")
+
+        # 1. One pass for the counts and the batch's processing time (its Spark batch timestamp,
+        #    fixed in the offset log, so a replay sees the same value).
+        counts = batch.agg(
+            F.count_if(is_event).alias("events"),
+            F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
+            F.count_if(~ok).alias("quarantined"),
+            F.max(F.unix_millis("ingest_ts")).alias("batch_ts"),
+        ).first()
+        n_events, n_hb, n_bad = counts["events"], counts["heartbeats"], counts["quarantined"]
+        batch_ts = counts["batch_ts"]
+        phases.lap("parse_dedup_count")
+
+        # 2. Host progress -> precise watermark -> status. Events and heartbeats move a host;
+        #    quarantined lines (clock skew included) never do.
+        batch_hosts = (
+            batch.where(ok).groupBy("host").agg(F.max("event_time").alias("progress_ms")).toPandas()
+        ).set_index("host")
+        progress = _merge_progress(state.progress, batch_hosts, batch_id)
+        expected = self.hosts.current()
+        population = progress if expected is None else progress[progress.index.isin(expected)]
+        n_total = len(progress) if expected is None else len(expected)
+        values = population["progress_ms"].to_numpy(dtype=np.int64)
+        candidate = precise_watermark(values, cfg.watermark.precision_fraction, n_total)
+        watermark = (
+            prev_wm if candidate is None or (prev_wm is not None and candidate < prev_wm) else candidate
+        )
+        advanced = watermark is not None and (prev_wm is None or watermark > prev_wm)
+        advanced_at = batch_ts if advanced else state.advanced_at_ms
+        status = evaluate_status(
+            dict(zip(population.index, values.tolist(), strict=True)),
+            cfg.watermark.precision_fraction,
+            watermark,
+            advanced_at,
+            batch_ts if batch_ts is not None else now_ms(),
+            cfg.watermark.lag_threshold,
+            cfg.watermark.stall_after,
+            expected=expected,
+        )
+        hosts_behind = (n_total - len(values)) + (
+            int(np.count_nonzero(values < watermark)) if watermark is not None else len(values)
+        )
+        phases.lap("host_progress")
+
+        # 3. Executor-side data, each write carrying the low watermark at commit.
+        if n_bad:
+            quarantine = batch.where(~ok).select(
+                "raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts"
             )
-            late_flag = (
-                F.col("window_start_ms") + F.lit(size) <= F.lit(prev_wm)
-                if prev_wm is not None
-                else F.lit(False)
+            self.writer.write(quarantine, T.QUARANTINE, batch_id)
+            phases.lap("write_quarantine")
+        late_count, batch_partials = 0, _empty_open()
+        if n_events:
+            late_count, batch_partials = self._write_events(
+                batch.where(is_event), batch_id, prev_wm, watermark
             )
-            events = events.withColumn("is_late", late_flag)
+            phases.lap("write_events")
 
-            counts = batch.agg(
-                F.count_if(is_event).alias("events"),
-                F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
-                F.count_if(~ok).alias("quarantined"),
-            ).first()
-            n_events, n_hb, n_bad = counts["events"], counts["heartbeats"], counts["quarantined"]
-            phases.lap("parse_dedup_count")
+        # 4. Windows the watermark has passed close now, each written once.
+        open_windows = _sum_partials(state.open_windows, batch_partials)
+        closing_mask = (
+            open_windows["window_start_ms"] + size <= watermark
+            if watermark is not None
+            else pd.Series(False, index=open_windows.index)
+        )
+        closing, remaining = open_windows[closing_mask], open_windows[~closing_mask]
+        if len(closing):
+            self.writer.write_local(
+                _closed_windows_table(closing, size, batch_id, watermark), T.WINDOWS, batch_id
+            )
+            phases.lap("write_windows")
 
-            if n_bad:
-                quarantine = batch.where(~ok).select(
-                    "raw",
-                    "reason",
-                    "source",
-                    F.lit(batch_id).alias("batch_id"),
-                    "ingest_ts",
-                )
-                self.writer.write(quarantine, T.QUARANTINE, batch_id)
-                phases.lap("write_quarantine")
+        # 5. Stalls open when the watermark is STALLED and close when it moves again.
+        stall_since, stall_hosts = state.stall_since_ms, state.stall_hosts
+        if stall_since is not None and advanced:
+            self._write_stall(batch_id, stall_since, batch_ts, prev_wm, stall_hosts)
+            stall_since, stall_hosts = None, ()
+        if stall_since is None and status.state == STALLED:
+            stall_since = state.advanced_at_ms
+            stall_hosts = tuple(h.host for h in status.lagging)
 
-            late_count = 0
-            batch_partials = pd.DataFrame(columns=OPEN_COLUMNS)
-            if n_events:
-                events_out = events.select(
+        # 6. State for the next batch, then the watermark row that marks the batch committed.
+        hosts_version = self.writer.write_local(
+            pa.Table.from_pandas(
+                progress.reset_index()[HOST_COLUMNS], schema=HOST_SCHEMA, preserve_index=False
+            ),
+            T.HOST_PROGRESS,
+            batch_id,
+            mode="overwrite",
+        )
+        open_version = self.writer.write_local(
+            pa.Table.from_pandas(remaining[OPEN_COLUMNS], schema=OPEN_SCHEMA, preserve_index=False),
+            T.OPEN_WINDOWS,
+            batch_id,
+            mode="overwrite",
+        )
+        phases.lap("write_state")
+        summary = BatchSummary(
+            batch_id=batch_id,
+            events=n_events,
+            heartbeats=n_hb,
+            late=late_count,
+            quarantined=n_bad,
+            watermark=watermark,
+            previous=prev_wm,
+            hosts_total=n_total,
+            hosts_reporting=status.hosts_reporting,
+            hosts_required=required_hosts(n_total, cfg.watermark.precision_fraction),
+            hosts_behind=hosts_behind,
+            hosts_lagging=status.hosts_lagging,
+            state=status.state,
+            windows_closed=len(closing),
+            open_windows=len(remaining),
+        )
+        self._write_marker(
+            summary,
+            {
+                "batch_ts_ms": batch_ts,
+                "advanced_at_ms": advanced_at,
+                "frontier_ms": status.frontier_ms,
+                "stall_since_ms": stall_since,
+                "stall_hosts": json.dumps(list(stall_hosts)),
+                "hosts_version": hosts_version,
+                "open_version": open_version,
+            },
+        )
+        phases.lap("write_marker")
+        new_state = PipelineState(
+            batch_id=batch_id,
+            watermark=watermark,
+            advanced_at_ms=advanced_at,
+            stall_since_ms=stall_since,
+            stall_hosts=stall_hosts,
+            progress=progress,
+            open_windows=remaining[OPEN_COLUMNS].reset_index(drop=True),
+        )
+        return summary, new_state
+
+    def _write_events(
+        self, good: DataFrame, batch_id: int, prev_wm: int | None, watermark: int | None
+    ) -> tuple[int, pd.DataFrame]:
+        """Write events (and late events); return the late count and the on-time partial sums."""
+        from pyspark.sql import functions as F
+
+        size = self.config.window
+        window_start = window_start_col("event_time", size)
+        late_flag = (window_start + F.lit(size) <= F.lit(prev_wm)) if prev_wm is not None else F.lit(False)
+        low_wm = F.timestamp_millis(F.lit(watermark).cast("long"))
+        events = good.select(
+            "event_id",
+            "host",
+            "event_time",
+            "msg_time",
+            "key",
+            "value",
+            F.timestamp_millis(window_start).alias("window_start"),
+            late_flag.alias("is_late"),
+            F.lit(batch_id).alias("batch_id"),
+            "ingest_ts",
+            "source",
+            low_wm.alias("low_watermark"),
+        )
+        self.writer.write(events, T.EVENTS, batch_id)
+        late_count = 0
+        if prev_wm is not None:
+            late = events.where("is_late")
+            late_count = late.count()
+            if late_count:
+                late_out = late.select(
                     "event_id",
                     "host",
                     "event_time",
                     "msg_time",
                     "key",
                     "value",
-                    F.timestamp_millis("window_start_ms").alias("window_start"),
-                    "is_late",
-                    F.lit(batch_id).alias("batch_id"),
+                    "window_start",
+                    (F.col("window_start") + F.expr(f"INTERVAL {size} MILLISECONDS")).alias("window_end"),
+                    F.timestamp_millis(F.lit(prev_wm)).alias("watermark_at_arrival"),
+                    "batch_id",
                     "ingest_ts",
                     "source",
+                    "low_watermark",
                 )
-                self.writer.write(events_out, T.EVENTS, batch_id)
-                phases.lap("write_events")
-                if prev_wm is not None:
-                    late = events.where("is_late")
-                    late_count = late.count()
-                    if late_count:
-                        late_out = late.select(
-                            "event_id",
-                            "host",
-                            "event_time",
-                            "msg_time",
-                            "key",
-                            "value",
-                            F.timestamp_millis("window_start_ms").alias("window_start"),
-                            F.timestamp_millis(F.col("window_start_ms") + F.lit(size)).alias("window_end"),
-                            F.timestamp_millis(F.lit(prev_wm)).alias("watermark_at_arrival"),
-                            F.lit(batch_id).alias("batch_id"),
-                            "ingest_ts",
-                            "source",
-                        )
-                        self.writer.write(late_out, T.LATE_EVENTS, batch_id)
-                    phases.lap("write_late")
-                batch_partials = (
-                    aggregate_windows(events.where(~F.col("is_late")), size)
-                    .toPandas()
-                    .astype({"window_start_ms": "int64", "events": "int64"})
-                )
-                phases.lap("aggregate_windows")
+                self.writer.write(late_out, T.LATE_EVENTS, batch_id)
+        partials = (
+            aggregate_windows(good.where(~late_flag), size)
+            .toPandas()
+            .astype({"window_start_ms": "int64", "events": "int64"})
+        )
+        return late_count, partials
 
-            # Host progress: events and heartbeats both move their host.
-            batch_hosts = (
-                batch.where(ok)
-                .groupBy("host")
-                .agg(F.max("event_time").alias("progress_ms"))
-                .toPandas()
-                .set_index("host")
-            )
-            progress = _merge_progress(state.progress, batch_hosts, batch_id)
-            values = progress["progress_ms"].to_numpy(dtype=np.int64)
-            candidate = precise_watermark(values, cfg.watermark.precision_fraction)
-            watermark = (
-                prev_wm if candidate is None or (prev_wm is not None and candidate < prev_wm) else candidate
-            )
-            phases.lap("host_progress")
-            hosts_behind = int(np.count_nonzero(values < watermark)) if watermark is not None else len(values)
+    def _write_stall(
+        self, batch_id: int, since: int, until: int | None, watermark: int | None, hosts: tuple[str, ...]
+    ) -> None:
+        row = {
+            "started_at": since,
+            "ended_at": until,
+            "duration_ms": None if until is None else until - since,
+            "watermark": watermark,
+            "hosts_count": len(hosts),
+            "hosts": list(hosts),
+            "closed_batch_id": batch_id,
+        }
+        self.writer.write_local(pa.Table.from_pylist([row], schema=STALL_SCHEMA), T.STALLS, batch_id)
+        self.echo(
+            f"[{self.config.pipeline}] stall ended: watermark held at {format_instant_ms(watermark)} "
+            f"for {humanize_ms(row['duration_ms'] or 0)} by {len(hosts)} lagging hosts"
+        )
 
-            open_windows = _sum_partials(state.open_windows, batch_partials)
-            closing_mask = (
-                open_windows["window_start_ms"] + size <= watermark
-                if watermark is not None
-                else pd.Series(False, index=open_windows.index)
-            )
-            closing = open_windows[closing_mask]
-            remaining = open_windows[~closing_mask]
-
-            if len(closing):
-                self.writer.write_local(
-                    _closed_windows_table(closing, size, batch_id, watermark), T.WINDOWS, batch_id
-                )
-                phases.lap("write_windows")
-
-            hosts_version = self.writer.write_local(
-                pa.Table.from_pandas(
-                    progress.reset_index()[HOST_COLUMNS], schema=HOST_SCHEMA, preserve_index=False
-                ),
-                T.HOST_PROGRESS,
-                batch_id,
-                mode="overwrite",
-            )
-            open_version = self.writer.write_local(
-                pa.Table.from_pandas(remaining[OPEN_COLUMNS], schema=OPEN_SCHEMA, preserve_index=False),
-                T.OPEN_WINDOWS,
-                batch_id,
-                mode="overwrite",
-            )
-            phases.lap("write_state")
-
-            summary = BatchSummary(
-                batch_id=batch_id,
-                events=n_events,
-                heartbeats=n_hb,
-                late=late_count,
-                quarantined=n_bad,
-                watermark=watermark,
-                previous=prev_wm,
-                hosts_seen=len(progress),
-                hosts_required=required_hosts(len(progress), cfg.watermark.precision_fraction),
-                hosts_behind=hosts_behind,
-                windows_closed=len(closing),
-                open_windows=len(remaining),
-                seconds=time.monotonic() - started,
-                phases=phases.times,
-            )
-            self._write_marker(summary, hosts_version, open_version)
-            phases.lap("write_marker")
-            self._state = PipelineState(
-                batch_id=batch_id,
-                watermark=watermark,
-                progress=progress,
-                open_windows=remaining[OPEN_COLUMNS].reset_index(drop=True),
-            )
-            self._report(summary)
-        finally:
-            batch.unpersist()
-
-    def _write_marker(self, s: BatchSummary, hosts_version: int, open_version: int) -> None:
+    def _write_marker(self, s: BatchSummary, extra: dict) -> None:
         committed = now_ms()
         row = {
             "batch_id": s.batch_id,
@@ -425,20 +509,21 @@ class BatchProcessor:
             "watermark_ms": s.watermark,
             "watermark": s.watermark,
             "previous_ms": s.previous,
-            "hosts_seen": s.hosts_seen,
+            "state": s.state,
+            "hosts_seen": s.hosts_reporting,
+            "hosts_total": s.hosts_total,
             "hosts_required": s.hosts_required,
             "hosts_behind": s.hosts_behind,
+            "hosts_lagging": s.hosts_lagging,
             "events": s.events,
             "heartbeats": s.heartbeats,
             "late_events": s.late,
             "quarantined": s.quarantined,
             "windows_closed": s.windows_closed,
             "open_windows": s.open_windows,
-            "hosts_version": hosts_version,
-            "open_version": open_version,
-            "batch_seconds": s.seconds,
             "committed_at_ms": committed,
             "committed_at": committed,
+            **extra,
         }
         table = pa.Table.from_pylist([row], schema=MARKER_SCHEMA)
         self.writer.write_local(table, T.WATERMARKS, s.batch_id)
@@ -446,6 +531,30 @@ class BatchProcessor:
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
         self.echo(f"[{self.config.pipeline}] {summary.line()}")
+
+
+def _optional_int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+class ExpectedHosts:
+    """The expected-host list (the naming service), re-read when the file changes."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._mtime: float | None = None
+        self._hosts: frozenset[str] | None = None
+
+    def current(self) -> frozenset[str] | None:
+        if self.path is None:
+            return None
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+        except FileNotFoundError:
+            raise ConfigError(f"watermark.hosts_file {self.path}: file not found") from None
+        if mtime != self._mtime:
+            self._hosts, self._mtime = read_hosts_file(self.path), mtime
+        return self._hosts
 
 
 _TS = pa.timestamp("ms", tz="UTC")
@@ -477,20 +586,38 @@ MARKER_SCHEMA = pa.schema(
         ("watermark_ms", pa.int64()),
         ("watermark", _TS),
         ("previous_ms", pa.int64()),
+        ("state", pa.string()),
         ("hosts_seen", pa.int64()),
+        ("hosts_total", pa.int64()),
         ("hosts_required", pa.int64()),
         ("hosts_behind", pa.int64()),
+        ("hosts_lagging", pa.int64()),
         ("events", pa.int64()),
         ("heartbeats", pa.int64()),
         ("late_events", pa.int64()),
         ("quarantined", pa.int64()),
         ("windows_closed", pa.int64()),
         ("open_windows", pa.int64()),
+        ("batch_ts_ms", pa.int64()),
+        ("advanced_at_ms", pa.int64()),
+        ("frontier_ms", pa.int64()),
+        ("stall_since_ms", pa.int64()),
+        ("stall_hosts", pa.string()),
         ("hosts_version", pa.int64()),
         ("open_version", pa.int64()),
-        ("batch_seconds", pa.float64()),
         ("committed_at_ms", pa.int64()),
         ("committed_at", _TS),
+    ]
+)
+STALL_SCHEMA = pa.schema(
+    [
+        ("started_at", _TS),
+        ("ended_at", _TS),
+        ("duration_ms", pa.int64()),
+        ("watermark", _TS),
+        ("hosts_count", pa.int64()),
+        ("hosts", pa.list_(pa.string())),
+        ("closed_batch_id", pa.int64()),
     ]
 )
 

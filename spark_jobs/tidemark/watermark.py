@@ -126,6 +126,83 @@ def update_watermark(
     )
 
 
+ADVANCING = "ADVANCING"
+STALLED = "STALLED"
+WAITING = "WAITING"  # fewer than ceil(q*N) hosts have reported: no watermark yet
+
+
+@dataclass(frozen=True, slots=True)
+class LaggingHost:
+    host: str
+    progress_ms: int | None  # None: an expected host that has sent nothing
+    lag_ms: int | None  # behind the median host; None when it has sent nothing
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkStatus:
+    """What an operator needs to know about a pipeline's watermark at one instant."""
+
+    state: str
+    watermark_ms: int | None
+    frontier_ms: int | None  # median progress of the reporting expected hosts
+    since_advance_ms: int | None  # processing time since the watermark last moved
+    hosts_total: int
+    hosts_reporting: int
+    allowed_lagging: int  # floor((1-q) * N)
+    lagging: tuple[LaggingHost, ...]  # worst first
+
+    @property
+    def hosts_lagging(self) -> int:
+        return len(self.lagging)
+
+
+def evaluate_status(
+    progress: Mapping[str, int],
+    precision: Fraction | float | str,
+    watermark_ms: int | None,
+    advanced_at_ms: int | None,
+    now_ms: int,
+    lag_threshold_ms: int,
+    stall_after_ms: int,
+    expected: frozenset[str] | set[str] | None = None,
+) -> WatermarkStatus:
+    """Classify the watermark: STALLED when it has not advanced for ``stall_after`` while more
+    than ``floor((1-q) * N)`` of the population lag (are more than ``lag_threshold`` behind the
+    median host, or have sent nothing). Lagging hosts are listed worst first."""
+    population = set(progress) if expected is None else set(expected)
+    reporting = {h: t for h, t in progress.items() if h in population}
+    n = len(population)
+    allowed = n - required_hosts(n, precision) if n else 0
+    frontier = int(np.median(np.fromiter(reporting.values(), dtype=np.int64))) if reporting else None
+    lagging = [LaggingHost(h, None, None) for h in sorted(population - set(reporting))]
+    if frontier is not None:
+        behind = sorted((t, h) for h, t in reporting.items() if frontier - t > lag_threshold_ms)
+        lagging += [LaggingHost(h, t, frontier - t) for t, h in behind]
+    since = None if advanced_at_ms is None else max(0, now_ms - advanced_at_ms)
+    if watermark_ms is None:
+        state = WAITING
+    elif since is not None and since >= stall_after_ms and len(lagging) > allowed:
+        state = STALLED
+    else:
+        state = ADVANCING
+    return WatermarkStatus(
+        state=state,
+        watermark_ms=watermark_ms,
+        frontier_ms=frontier,
+        since_advance_ms=since,
+        hosts_total=n,
+        hosts_reporting=len(reporting),
+        allowed_lagging=allowed,
+        lagging=tuple(lagging),
+    )
+
+
+def read_hosts_file(path: str) -> frozenset[str]:
+    """Expected hosts, one per line; blank lines and '#' comments are ignored."""
+    with open(path, encoding="utf-8") as handle:
+        return frozenset(line.split("#", 1)[0].strip() for line in handle if line.split("#", 1)[0].strip())
+
+
 def merge_progress(current: Mapping[str, int], batch: Mapping[str, int]) -> dict[str, int]:
     """Per-host max of two progress maps (a host's progress never goes back)."""
     merged = dict(current)

@@ -57,13 +57,14 @@ def test_truth_counts_match_the_files(tmp_path):
     assert manifest["truth"]["unique_events"] == truth.unique_events
 
 
-def test_lagging_hosts_land_later_and_retries_land_in_later_files(tmp_path):
+def test_lagging_hosts_records_of_the_outage_land_together_when_it_ends(tmp_path):
     s = Scenario(
         hosts=100,
-        minutes=4,
+        minutes=6,
         events_per_host_per_minute=4,
         lag_share=0.05,
         lag_minutes=2,
+        lag_start_minute=1,
         duplicate_rate=0.2,
         malformed_rate=0.0,
         file_span_s=60,
@@ -71,17 +72,20 @@ def test_lagging_hosts_land_later_and_retries_land_in_later_files(tmp_path):
     generate_files(s, tmp_path)
     lagging = set(s.lagging_hosts())
     assert len(lagging) == 5
-    first_file: dict[str, str] = {}
+    outage = (s.start_ms + 60_000, s.start_ms + 180_000)
     seen: dict[str, str] = {}
     later_copies = 0
+    held_files = set()
     for name, rec in _records(tmp_path):
         if rec.get("heartbeat"):
             continue
-        first_file.setdefault(rec["host"], name)
         if rec["event_id"] in seen:
             later_copies += name > seen[rec["event_id"]]
-        seen.setdefault(rec["event_id"], name)
-    assert all(first_file[h] >= "part-000002.jsonl" for h in lagging)
+            continue
+        seen[rec["event_id"]] = name
+        if rec["host"] in lagging and outage[0] <= rec["event_time"] < outage[1]:
+            held_files.add(name)
+    assert held_files == {"part-000003.jsonl"}  # all land in the file after the outage ends
     assert later_copies > 0
 
 

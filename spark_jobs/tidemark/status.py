@@ -1,0 +1,120 @@
+"""Watermark status from the persisted state, without Spark.
+
+Reads the pipeline's newest ``watermarks`` row and the host progress it points at through delta-rs
+(the ``deltalake`` package: no JVM, tens of milliseconds), re-reads the expected-host list, and
+classifies the watermark *now*: a watermark that stopped moving while too many hosts lag is
+STALLED even if no batch has run since. This is the code Airflow sensors and UI views call.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from tidemark import tables as T
+from tidemark.config import PipelineConfig
+from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
+from tidemark.watermark import WatermarkStatus, evaluate_status, read_hosts_file
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    pipeline: str
+    batch_id: int | None
+    committed_at_ms: int | None
+    stall_since_ms: int | None
+    status: WatermarkStatus
+
+    def to_dict(self, limit: int = 20) -> dict:
+        s = self.status
+        return {
+            "pipeline": self.pipeline,
+            "state": s.state,
+            "watermark": format_instant_ms(s.watermark_ms),
+            "watermark_ms": s.watermark_ms,
+            "frontier": format_instant_ms(s.frontier_ms),
+            "event_time_lag_ms": _lag(s),
+            "since_advance_ms": s.since_advance_ms,
+            "stalled_since": format_instant_ms(self.stall_since_ms) if self.stall_since_ms else None,
+            "last_batch_id": self.batch_id,
+            "last_commit": format_instant_ms(self.committed_at_ms),
+            "hosts_total": s.hosts_total,
+            "hosts_reporting": s.hosts_reporting,
+            "hosts_lagging": s.hosts_lagging,
+            "allowed_lagging": s.allowed_lagging,
+            "lagging_hosts": [asdict(h) for h in s.lagging[:limit]],
+        }
+
+    def text(self, limit: int = 20) -> str:
+        s = self.status
+        lines = [
+            f"pipeline      {self.pipeline}",
+            f"state         {s.state}",
+            f"watermark     {format_instant_ms(s.watermark_ms)}"
+            + (f"  ({humanize_ms(_lag(s))} behind the median host)" if _lag(s) is not None else ""),
+            "last advanced "
+            + (f"{humanize_ms(s.since_advance_ms)} ago" if s.since_advance_ms is not None else "-")
+            + f"; last batch {self.batch_id if self.batch_id is not None else '-'} committed "
+            f"{format_instant_ms(self.committed_at_ms)}",
+            f"hosts         {s.hosts_total:,} expected, {s.hosts_reporting:,} reporting, "
+            f"{s.hosts_lagging:,} lagging (allowed {s.allowed_lagging:,})",
+        ]
+        if s.lagging:
+            lines.append(f"lagging hosts (worst first, {min(limit, len(s.lagging))} of {len(s.lagging)}):")
+            for h in s.lagging[:limit]:
+                progress = format_instant_ms(h.progress_ms) if h.progress_ms is not None else "never reported"
+                lag = humanize_ms(h.lag_ms) if h.lag_ms is not None else "-"
+                lines.append(f"  {h.host:<24} {progress:<26} lag {lag}")
+        return "\n".join(lines)
+
+
+def _lag(s: WatermarkStatus) -> int | None:
+    if s.frontier_ms is None or s.watermark_ms is None:
+        return None
+    return max(0, s.frontier_ms - s.watermark_ms)
+
+
+def latest_marker(config: PipelineConfig) -> dict | None:
+    path = config.table_path(T.WATERMARKS)
+    if not T.table_exists(path):
+        return None
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path).to_pyarrow_table()
+    if table.num_rows == 0:
+        return None
+    import pyarrow.compute as pc
+
+    index = pc.index(table["batch_id"], pc.max(table["batch_id"])).as_py()
+    return {name: table[name][index].as_py() for name in table.column_names}
+
+
+def read_status(config: PipelineConfig, now: int | None = None) -> PipelineStatus:
+    marker = latest_marker(config)
+    wm_cfg = config.watermark
+    expected = read_hosts_file(wm_cfg.hosts_file) if wm_cfg.hosts_file else None
+    progress: dict[str, int] = {}
+    if marker is not None:
+        frame = T.read_local(config.table_path(T.HOST_PROGRESS), int(marker["hosts_version"]))
+        progress = dict(zip(frame["host"], frame["progress_ms"].astype("int64").tolist(), strict=True))
+    status = evaluate_status(
+        progress,
+        wm_cfg.precision_fraction,
+        marker["watermark_ms"] if marker else None,
+        marker["advanced_at_ms"] if marker else None,
+        now if now is not None else now_ms(),
+        wm_cfg.lag_threshold,
+        wm_cfg.stall_after,
+        expected=expected,
+    )
+    return PipelineStatus(
+        pipeline=config.pipeline,
+        batch_id=marker["batch_id"] if marker else None,
+        committed_at_ms=marker["committed_at_ms"] if marker else None,
+        stall_since_ms=marker["stall_since_ms"] if marker else None,
+        status=status,
+    )
+
+
+def status_json(config: PipelineConfig, limit: int = 20, now: int | None = None) -> str:
+    return json.dumps(read_status(config, now).to_dict(limit), indent=2)
