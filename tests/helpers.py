@@ -6,6 +6,7 @@ so the stream's results are compared against something that shares none of its c
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -155,4 +156,8 @@ def assert_exactly_once(spark, config: PipelineConfig, truth) -> None:
     assert len({m["batch_id"] for m in marks}) == len(marks), "a batch committed twice"
     values = [m["watermark_ms"] for m in marks if m["watermark_ms"] is not None]
     assert values == sorted(values), "watermark moved backwards"
-    assert table("windows").where(F.col("window_end") > F.col("watermark")).count() == 0
+    # Each batch resumed from exactly the watermark the batch before it committed, across kills.
+    full = table("watermarks").select("batch_id", "watermark_ms", "previous_ms").orderBy("batch_id").collect()
+    for before, after in itertools.pairwise(full):
+        assert after["previous_ms"] == before["watermark_ms"], f"batch {after['batch_id']} did not resume"
+    assert table("windows").where(F.col("window_end") > F.col("low_watermark")).count() == 0

@@ -48,8 +48,11 @@ class _Strict(BaseModel):
 
 
 class SourceConfig(_Strict):
-    kind: Literal["files", "kafka"] = "files"
+    # files: NDJSON landing directory; kafka: a topic; delta: another Tidemark pipeline's
+    # events table, whose rows carry that pipeline's low watermark (see watermark_column).
+    kind: Literal["files", "kafka", "delta"] = "files"
     path: str | None = None
+    watermark_column: str = "low_watermark"
     max_files_per_trigger: int = Field(default=20, ge=1)
     bootstrap_servers: str | None = None
     topic: str | None = None
@@ -58,8 +61,8 @@ class SourceConfig(_Strict):
 
     @model_validator(mode="after")
     def _kind_needs(self) -> SourceConfig:
-        if self.kind == "files" and not self.path:
-            raise ValueError("path: required when source.kind is files")
+        if self.kind in ("files", "delta") and not self.path:
+            raise ValueError(f"path: required when source.kind is {self.kind}")
         if self.kind == "kafka" and not (self.bootstrap_servers and self.topic):
             raise ValueError("bootstrap_servers and topic: required when source.kind is kafka")
         return self

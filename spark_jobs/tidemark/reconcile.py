@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
-from tidemark.records import drop_blank_lines, parse_records
-from tidemark.stream import source_lines
+from tidemark.stream import parsed_source
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
@@ -158,7 +157,7 @@ def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int
     """Window results for ``[start, end)`` recomputed from the raw source."""
     from pyspark.sql import functions as F
 
-    parsed = parse_records(drop_blank_lines(source_lines(spark, config, False)), config.validation)
+    parsed = parsed_source(spark, config, streaming=False)
     events = (
         parsed.where(F.col("reason").isNull() & ~F.col("heartbeat"))
         .where((F.col("event_time") >= start_ms) & (F.col("event_time") < end_ms))

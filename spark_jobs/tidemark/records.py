@@ -45,6 +45,7 @@ PARSED_COLUMNS = [
     "value",
     "heartbeat",
     "reason",
+    "upstream_lw",
 ]
 
 
@@ -103,6 +104,7 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
         "value",
         (F.col("heartbeat") & (F.col("_t_hb") == "BOOLEAN")).alias("heartbeat"),
         _reason(rules).alias("reason"),
+        F.lit(None).cast("long").alias("upstream_lw"),
     )
 
 
@@ -222,6 +224,32 @@ def read_landing_files(spark, path: str, streaming: bool, max_files_per_trigger:
         F.col("value").alias("raw"),
         F.col("_metadata.file_path").alias("source"),
         F.unix_millis(F.col("_metadata.file_modification_time")).alias("arrival_ms"),
+    )
+
+
+def read_upstream_events(spark, path: str, streaming: bool, watermark_column: str, max_files: int = 20):
+    """Another Tidemark pipeline's ``events`` table as parsed rows (:data:`PARSED_COLUMNS`).
+
+    Its rows are already validated; each carries the upstream's global low watermark at commit
+    (``watermark_column``), which becomes this pipeline's input low watermark (``upstream_lw``).
+    """
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.readStream.format("delta").option("maxFilesPerTrigger", max_files)
+        if streaming
+        else (spark.read.format("delta"))
+    )
+    rows = reader.load(path)
+    fields = ["event_id", "host", "event_time", "msg_time", "key", "value"]
+    return rows.select(
+        F.to_json(F.struct(*fields)).alias("raw"),
+        F.lit(path).alias("source"),
+        F.unix_millis("ingest_ts").alias("arrival_ms"),
+        *fields,
+        F.lit(False).alias("heartbeat"),
+        F.lit(None).cast("string").alias("reason"),
+        F.unix_millis(F.col(watermark_column)).alias("upstream_lw"),
     )
 
 

@@ -93,11 +93,13 @@ def read_status(config: PipelineConfig, now: int | None = None) -> PipelineStatu
     marker = latest_marker(config)
     wm_cfg = config.watermark
     expected = read_hosts_file(wm_cfg.hosts_file) if wm_cfg.hosts_file else None
-    progress: dict[str, int] = {}
+    hosts: list[str] = []
+    progress: list[int] = []
     if marker is not None:
         frame = T.read_local(config.table_path(T.HOST_PROGRESS), int(marker["hosts_version"]))
-        progress = dict(zip(frame["host"], frame["progress_ms"].astype("int64").tolist(), strict=True))
+        hosts, progress = frame["host"].to_numpy(), frame["progress_ms"].to_numpy(dtype="int64")
     status = evaluate_status(
+        hosts,
         progress,
         wm_cfg.precision_fraction,
         marker["watermark_ms"] if marker else None,

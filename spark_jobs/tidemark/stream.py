@@ -44,10 +44,12 @@ import pyarrow as pa
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
 from tidemark.config import ConfigError, PipelineConfig
-from tidemark.records import drop_blank_lines, parse_records, read_landing_files
+from tidemark.records import drop_blank_lines, parse_records, read_landing_files, read_upstream_events
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
 from tidemark.watermark import (
+    PIPELINE_STAGES,
     STALLED,
+    WatermarkServer,
     evaluate_status,
     precise_watermark,
     read_hosts_file,
@@ -91,6 +93,7 @@ class PipelineState:
     advanced_at_ms: int | None = None  # processing time of the batch that last moved it
     stall_since_ms: int | None = None  # an open stall: when the watermark stopped moving
     stall_hosts: tuple[str, ...] = ()
+    stages: str | None = None  # WatermarkServer state (JSON)
     progress: pd.DataFrame = field(default_factory=_empty_progress)
     open_windows: pd.DataFrame = field(default_factory=_empty_open)
 
@@ -143,19 +146,31 @@ class BatchSummary:
 
 
 def source_lines(spark: SparkSession, config: PipelineConfig, streaming: bool) -> DataFrame:
-    """The source as ``(raw, source, arrival_ms)`` lines."""
+    """A line-oriented source as ``(raw, source, arrival_ms)`` lines."""
     src = config.source
     if src.kind == "files":
         assert src.path is not None
         return read_landing_files(spark, src.path, streaming, src.max_files_per_trigger)
-    raise NotImplementedError("source.kind kafka is not available yet")
+    raise ConfigError(f"source.kind {src.kind} is not available yet")
+
+
+def parsed_source(spark: SparkSession, config: PipelineConfig, streaming: bool) -> DataFrame:
+    """The source as validated rows (:data:`tidemark.records.PARSED_COLUMNS`), stream or batch.
+
+    The stream and the batch recompute both start here, so they see the same rows."""
+    src = config.source
+    if src.kind == "delta":
+        assert src.path is not None
+        return read_upstream_events(
+            spark, src.path, streaming, src.watermark_column, src.max_files_per_trigger
+        )
+    return parse_records(drop_blank_lines(source_lines(spark, config, streaming)), config.validation)
 
 
 def build_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
     from pyspark.sql import functions as F
 
-    parsed = parse_records(drop_blank_lines(source_lines(spark, config, True)), config.validation)
-    parsed = parsed.withColumn("ingest_ts", F.current_timestamp())
+    parsed = parsed_source(spark, config, streaming=True).withColumn("ingest_ts", F.current_timestamp())
     if config.mode == "at_least_once":
         return parsed
     good = F.col("reason").isNull() & ~F.col("heartbeat")
@@ -248,6 +263,7 @@ class BatchProcessor:
             advanced_at_ms=_optional_int(marker["advanced_at_ms"]),
             stall_since_ms=_optional_int(marker["stall_since_ms"]),
             stall_hosts=tuple(json.loads(marker["stall_hosts"] or "[]")),
+            stages=marker["stages"],
             progress=progress[["progress_ms", "last_batch"]],
             open_windows=open_windows[OPEN_COLUMNS],
         )
@@ -300,6 +316,7 @@ class BatchProcessor:
             F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
             F.count_if(~ok).alias("quarantined"),
             F.max(F.unix_millis("ingest_ts")).alias("batch_ts"),
+            F.max("upstream_lw").alias("upstream_lw"),
         ).first()
         n_events, n_hb, n_bad = counts["events"], counts["heartbeats"], counts["quarantined"]
         batch_ts = counts["batch_ts"]
@@ -315,14 +332,19 @@ class BatchProcessor:
         population = progress if expected is None else progress[progress.index.isin(expected)]
         n_total = len(progress) if expected is None else len(expected)
         values = population["progress_ms"].to_numpy(dtype=np.int64)
-        candidate = precise_watermark(values, cfg.watermark.precision_fraction, n_total)
+        if cfg.source.kind == "delta":
+            # Propagated: the upstream's global low watermark is this pipeline's input watermark.
+            candidate = counts["upstream_lw"]
+        else:
+            candidate = precise_watermark(values, cfg.watermark.precision_fraction, n_total)
         watermark = (
             prev_wm if candidate is None or (prev_wm is not None and candidate < prev_wm) else candidate
         )
         advanced = watermark is not None and (prev_wm is None or watermark > prev_wm)
         advanced_at = batch_ts if advanced else state.advanced_at_ms
         status = evaluate_status(
-            dict(zip(population.index, values.tolist(), strict=True)),
+            population.index.to_numpy(),
+            values,
             cfg.watermark.precision_fraction,
             watermark,
             advanced_at,
@@ -336,21 +358,17 @@ class BatchProcessor:
         )
         phases.lap("host_progress")
 
-        # 3. Executor-side data, each write carrying the low watermark at commit.
-        if n_bad:
-            quarantine = batch.where(~ok).select(
-                "raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts"
-            )
-            self.writer.write(quarantine, T.QUARANTINE, batch_id)
-            phases.lap("write_quarantine")
-        late_count, batch_partials = 0, _empty_open()
+        # 3. On-time partial sums; windows the watermark has passed close now, each written once.
+        window_start = window_start_col("event_time", size)
+        late_flag = (window_start + F.lit(size) <= F.lit(prev_wm)) if prev_wm is not None else F.lit(False)
+        good = batch.where(is_event)
+        batch_partials = _empty_open()
         if n_events:
-            late_count, batch_partials = self._write_events(
-                batch.where(is_event), batch_id, prev_wm, watermark
+            batch_partials = (
+                aggregate_windows(good.where(~late_flag), size)
+                .toPandas()
+                .astype({"window_start_ms": "int64", "events": "int64"})
             )
-            phases.lap("write_events")
-
-        # 4. Windows the watermark has passed close now, each written once.
         open_windows = _sum_partials(state.open_windows, batch_partials)
         closing_mask = (
             open_windows["window_start_ms"] + size <= watermark
@@ -358,9 +376,28 @@ class BatchProcessor:
             else pd.Series(False, index=open_windows.index)
         )
         closing, remaining = open_windows[closing_mask], open_windows[~closing_mask]
+        phases.lap("aggregate_windows")
+
+        # 4. The watermark server: source -> window operator (held by its oldest open window)
+        #    -> sink. Every row committed below carries the resulting global low watermark.
+        server = WatermarkServer.from_json(PIPELINE_STAGES, state.stages)
+        oldest_open = int(remaining["window_start_ms"].min()) if len(remaining) else None
+        server.update(watermark, {"window": oldest_open})
+        global_lw = server.global_low_watermark
+
+        if n_bad:
+            quarantine = batch.where(~ok).select(
+                "raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts"
+            )
+            self.writer.write(quarantine, T.QUARANTINE, batch_id)
+            phases.lap("write_quarantine")
+        late_count = 0
+        if n_events:
+            late_count = self._write_events(good, late_flag, batch_id, prev_wm, global_lw)
+            phases.lap("write_events")
         if len(closing):
             self.writer.write_local(
-                _closed_windows_table(closing, size, batch_id, watermark), T.WINDOWS, batch_id
+                _closed_windows_table(closing, size, batch_id, global_lw), T.WINDOWS, batch_id
             )
             phases.lap("write_windows")
 
@@ -416,6 +453,8 @@ class BatchProcessor:
                 "stall_hosts": json.dumps(list(stall_hosts)),
                 "hosts_version": hosts_version,
                 "open_version": open_version,
+                "global_lw_ms": global_lw,
+                "stages": server.to_json(),
             },
         )
         phases.lap("write_marker")
@@ -425,21 +464,19 @@ class BatchProcessor:
             advanced_at_ms=advanced_at,
             stall_since_ms=stall_since,
             stall_hosts=stall_hosts,
+            stages=server.to_json(),
             progress=progress,
             open_windows=remaining[OPEN_COLUMNS].reset_index(drop=True),
         )
         return summary, new_state
 
     def _write_events(
-        self, good: DataFrame, batch_id: int, prev_wm: int | None, watermark: int | None
-    ) -> tuple[int, pd.DataFrame]:
-        """Write events (and late events); return the late count and the on-time partial sums."""
+        self, good: DataFrame, late_flag, batch_id: int, prev_wm: int | None, low_watermark: int | None
+    ) -> int:
+        """Write the batch's events (and its late events); return how many were late."""
         from pyspark.sql import functions as F
 
         size = self.config.window
-        window_start = window_start_col("event_time", size)
-        late_flag = (window_start + F.lit(size) <= F.lit(prev_wm)) if prev_wm is not None else F.lit(False)
-        low_wm = F.timestamp_millis(F.lit(watermark).cast("long"))
         events = good.select(
             "event_id",
             "host",
@@ -447,41 +484,36 @@ class BatchProcessor:
             "msg_time",
             "key",
             "value",
-            F.timestamp_millis(window_start).alias("window_start"),
+            F.timestamp_millis(window_start_col("event_time", size)).alias("window_start"),
             late_flag.alias("is_late"),
             F.lit(batch_id).alias("batch_id"),
             "ingest_ts",
             "source",
-            low_wm.alias("low_watermark"),
+            F.timestamp_millis(F.lit(low_watermark).cast("long")).alias("low_watermark"),
         )
         self.writer.write(events, T.EVENTS, batch_id)
-        late_count = 0
-        if prev_wm is not None:
-            late = events.where("is_late")
-            late_count = late.count()
-            if late_count:
-                late_out = late.select(
-                    "event_id",
-                    "host",
-                    "event_time",
-                    "msg_time",
-                    "key",
-                    "value",
-                    "window_start",
-                    (F.col("window_start") + F.expr(f"INTERVAL {size} MILLISECONDS")).alias("window_end"),
-                    F.timestamp_millis(F.lit(prev_wm)).alias("watermark_at_arrival"),
-                    "batch_id",
-                    "ingest_ts",
-                    "source",
-                    "low_watermark",
-                )
-                self.writer.write(late_out, T.LATE_EVENTS, batch_id)
-        partials = (
-            aggregate_windows(good.where(~late_flag), size)
-            .toPandas()
-            .astype({"window_start_ms": "int64", "events": "int64"})
-        )
-        return late_count, partials
+        if prev_wm is None:
+            return 0
+        late = events.where("is_late")
+        late_count = late.count()
+        if late_count:
+            late_out = late.select(
+                "event_id",
+                "host",
+                "event_time",
+                "msg_time",
+                "key",
+                "value",
+                "window_start",
+                (F.col("window_start") + F.expr(f"INTERVAL {size} MILLISECONDS")).alias("window_end"),
+                F.timestamp_millis(F.lit(prev_wm)).alias("watermark_at_arrival"),
+                "batch_id",
+                "ingest_ts",
+                "source",
+                "low_watermark",
+            )
+            self.writer.write(late_out, T.LATE_EVENTS, batch_id)
+        return late_count
 
     def _write_stall(
         self, batch_id: int, since: int, until: int | None, watermark: int | None, hosts: tuple[str, ...]
@@ -575,7 +607,7 @@ WINDOW_SCHEMA = pa.schema(
         ("events", pa.int64()),
         ("value_sum", pa.float64()),
         ("batch_id", pa.int64()),
-        ("watermark", _TS),
+        ("low_watermark", _TS),
         ("committed_at", _TS),
     ]
 )
@@ -605,6 +637,8 @@ MARKER_SCHEMA = pa.schema(
         ("stall_hosts", pa.string()),
         ("hosts_version", pa.int64()),
         ("open_version", pa.int64()),
+        ("global_lw_ms", pa.int64()),
+        ("stages", pa.string()),
         ("committed_at_ms", pa.int64()),
         ("committed_at", _TS),
     ]

@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemark.watermark import (
+    ADVANCING,
+    PIPELINE_STAGES,
+    STALLED,
+    WAITING,
     MonotonicWatermark,
+    StageMark,
+    WatermarkServer,
+    evaluate_status,
     merge_progress,
     precise_watermark,
     required_hosts,
@@ -138,3 +145,78 @@ def test_up_to_floor_one_minus_q_laggards_do_not_hold_it_and_one_more_does(n, q,
     assert precise_watermark([*ahead, 1000, *lag[:allowed]], q) == 1_000
     # one more laggard: held by the slowest of the rest, i.e. the fastest laggard.
     assert precise_watermark(ahead + lag, q) == max(lag)
+
+
+def test_watermark_server_truth_table():
+    server = WatermarkServer(PIPELINE_STAGES)
+    assert server.global_low_watermark is None
+    # source watermark 100, window operator still holds an open window from 60
+    assert server.update(100, {"window": 60}) is True
+    assert server.marks["source"] == StageMark(100, 100)
+    assert server.marks["window"] == StageMark(100, 60)
+    assert server.marks["sink"] == StageMark(60, 60)
+    assert server.global_low_watermark == 60
+    # the window closes; nothing unfinished anywhere: everything catches up to the source
+    assert server.update(180, {}) is True
+    assert server.global_low_watermark == 180
+    # a lower source watermark (e.g. after a bad restart) is refused everywhere
+    assert server.update(150, {"window": 120}) is False
+    assert server.marks["source"].input_lw == 180 and server.global_low_watermark == 180
+
+
+def test_watermark_server_round_trips_and_rejects_bad_topology():
+    server = WatermarkServer(PIPELINE_STAGES)
+    server.update(100, {"window": 90})
+    again = WatermarkServer.from_json(PIPELINE_STAGES, server.to_json())
+    assert again.marks == server.marks and again.global_low_watermark == 90
+    with pytest.raises(ValueError, match="stage 'b': upstream 'c' must be listed before it"):
+        WatermarkServer({"a": (), "b": ("c",), "c": ()})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.none() | st.integers(0, 1000), st.none() | st.integers(0, 1000)), min_size=1, max_size=20
+    )
+)
+def test_watermark_server_global_is_min_and_never_decreases(steps):
+    server = WatermarkServer(PIPELINE_STAGES)
+    previous = None
+    for source, oldest in steps:
+        server.update(source, {"window": oldest})
+        now = server.global_low_watermark
+        if previous is not None:
+            assert now is not None and now >= previous
+        outputs = [m.output_lw for m in server.marks.values()]
+        assert now == (None if None in outputs else min(outputs))
+        previous = now
+
+
+def _status(progress: dict[str, int], wm, advanced_at=0, now=10_000, expected=None, q=0.9):
+    return evaluate_status(
+        list(progress), list(progress.values()), q, wm, advanced_at, now, 1_000, 5_000, expected=expected
+    )
+
+
+def test_status_stalls_only_when_too_many_hosts_lag_for_long_enough():
+    ahead = {f"h{i}": 10_000 for i in range(18)}
+    # 2 of 20 lag: floor(0.1 * 20) = 2 allowed -> ADVANCING however long it has not moved
+    assert _status(ahead | {"a": 100, "b": 200}, wm=200).state == ADVANCING
+    # 3 of 20 lag and it has not moved for 10 s >= 5 s -> STALLED, worst first
+    three = _status(ahead | {"a": 300, "b": 100, "c": 200}, wm=300)
+    assert three.state == STALLED
+    assert [(h.host, h.progress_ms, h.lag_ms) for h in three.lagging] == [
+        ("b", 100, 9_900),
+        ("c", 200, 9_800),
+        ("a", 300, 9_700),
+    ]
+    # same hosts, but it advanced 1 s ago -> not yet a stall
+    assert _status(ahead | {"a": 300, "b": 100, "c": 200}, wm=300, advanced_at=9_000).state == ADVANCING
+    assert _status({}, wm=None).state == WAITING
+
+
+def test_status_counts_silent_expected_hosts_as_lagging_and_ignores_unlisted_ones():
+    progress = {f"h{i}": 10_000 for i in range(8)} | {"stranger": 5}
+    status = _status(progress, wm=10_000, expected={f"h{i}" for i in range(8)} | {"ghost"})
+    assert status.hosts_total == 9 and status.hosts_reporting == 8
+    assert [h.host for h in status.lagging] == ["ghost"] and status.lagging[0].progress_ms is None
