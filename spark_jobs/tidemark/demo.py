@@ -36,6 +36,7 @@ def write_demo_config(workdir: Path, files_per_batch: int) -> Path:
 def run_demo(args, scenario: Scenario, echo=print) -> int:
     from tidemark.cli import _session
     from tidemark.reconcile import reconcile
+    from tidemark.status import read_status
     from tidemark.stream import run_stream
 
     started = time.monotonic()
@@ -50,8 +51,8 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     echo(
         f"   {truth.unique_events:,} unique events from {scenario.hosts:,} hosts over "
         f"{scenario.minutes} min in {truth.files} files; {truth.duplicate_copies:,} retry copies, "
-        f"{truth.malformed_lines:,} malformed lines, {len(scenario.lagging_hosts())} hosts lagging "
-        f"{scenario.lag_minutes:g} min"
+        f"{truth.malformed_lines:,} malformed lines, {len(scenario.lagging_hosts())} hosts in a "
+        f"{scenario.lag_minutes:g}-min outage from minute {scenario.lag_start_minute:g}"
     )
 
     echo(f"== 2/3 stream ({args.files_per_batch} files per micro-batch)")
@@ -67,8 +68,8 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     echo("watermark progress (precise, precision 0.999):")
     for s in batches:
         echo(
-            f"  batch {s.batch_id:>3}  {format_instant_ms(s.watermark)}  "
-            f"hosts {s.hosts_seen:,} seen / {s.hosts_behind:,} behind  "
+            f"  batch {s.batch_id:>3}  {format_instant_ms(s.watermark)}  {s.state:<9}  "
+            f"hosts {s.hosts_reporting:,} reporting / {s.hosts_lagging:,} lagging  "
             f"{s.events:,} events, {s.late:,} late, {s.quarantined:,} quarantined"
         )
     totals = report.totals()
@@ -82,6 +83,9 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     echo(
         f"tables under {config.tables_root}/: events windows late_events quarantine watermarks reconciliation"
     )
+    echo("")
+    echo(f"watermark status now (`tidemark watermark --config {config_path}`, no Spark):")
+    echo("  " + read_status(config).text(limit=5).replace("\n", "\n  "))
     echo(f"config {config_path}; done in {humanize_ms(int((time.monotonic() - started) * 1000))}")
     spark.stop()
     ok = totals["unexplained"] == 0 and stream_total == truth.unique_events

@@ -105,3 +105,22 @@ def test_buckets_come_out_in_file_order():
 def test_invalid_scenario_names_the_field():
     with pytest.raises(ValueError, match="scenario: invalid value for hosts, lag_share"):
         Scenario(hosts=0, lag_share=2)
+
+
+def test_live_mode_starts_at_now_and_paces_each_file_to_its_arrival_span(tmp_path):
+    from tidemark.generator import generate_live
+    from tidemark.timeutil import now_ms
+
+    waits: list[float] = []
+    before = now_ms()
+    truth = generate_live(
+        Scenario(hosts=5, minutes=2, events_per_host_per_minute=3, file_span_s=30, duplicate_rate=0.0),
+        tmp_path,
+        sleep=waits.append,
+    )
+    manifest = read_manifest(tmp_path)
+    assert before - 1000 <= manifest["scenario"]["start_ms"] <= now_ms()
+    assert truth.files == len(list(tmp_path.glob("part-*.jsonl"))) >= 4
+    # each file waits until its span has passed: later files wait longer
+    assert waits and all(w > 0 for w in waits) and waits == sorted(waits)
+    assert max(waits) <= 2 * 60 + 30 + 5  # the final heartbeats land in the span after the last minute
