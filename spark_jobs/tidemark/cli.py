@@ -389,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--files-per-batch",
         type=int,
-        default=4,
+        default=2,
         help="landing files per micro-batch (default %(default)s)",
     )
     demo.add_argument(
