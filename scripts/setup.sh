@@ -42,5 +42,12 @@ if ! .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; cached_jars
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
     -DoutputDirectory="$PWD/.cache/jars" >/dev/null
 fi
+if ! ls .cache/kafka/libs/kafka_2.13-*.jar >/dev/null 2>&1; then
+  command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the Kafka broker once (apt-get install maven)"
+  say "fetching the Kafka broker (KRaft) into .cache/kafka/libs"
+  mvn -q -B -f scripts/kafka/pom.xml \
+    org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$PWD/.cache/kafka/libs" >/dev/null
+fi
 .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; print("setup: jars:", " ".join(j.name for j in cached_jars()))'
 say "ready"

@@ -136,7 +136,8 @@ def _reason(rules: ValidationConfig) -> Column:
             ),
         ),
         (F.instr(raw, "\u0000") > 0, "NUL byte in record"),
-        (F.instr(raw, "\ufffd") > 0, "invalid UTF-8"),
+        # Spark builds strings from the source's bytes without validating them.
+        (~F.is_valid_utf8(raw), "invalid UTF-8"),
         (
             v.isNull() & F.ltrim(raw).startswith("{") & ~F.rtrim(raw).endswith("}"),
             "truncated JSON",

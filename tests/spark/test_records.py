@@ -53,7 +53,7 @@ CASES = [
         "heartbeat must be a boolean",
     ),
     ('{"event_id":"e\u0000","host":"h1","event_time":1763805601123}', "NUL byte in record"),
-    ('{"event_id":"e\ufffd","host":"h1","event_time":1763805601123}', "invalid UTF-8"),
+    (b'{"event_id":"e\xff\xfe","host":"h1","event_time":1763805601123}', "invalid UTF-8"),
 ]
 OVERSIZED = '{"event_id":"' + "x" * 300 + '","host":"h1","event_time":1}'
 CASES.append((OVERSIZED, f"oversized record: {len(OVERSIZED.encode())} bytes > limit 256"))
@@ -61,12 +61,21 @@ CASES.append((OVERSIZED, f"oversized record: {len(OVERSIZED.encode())} bytes > l
 
 @pytest.fixture(scope="module")
 def parsed(spark):
+    from pyspark.sql import functions as F
+
+    # Lines arrive as bytes (as from a file or a Kafka value), so invalid UTF-8 can be tested.
     lines = spark.createDataFrame(
-        [(raw, "test", ARRIVAL) for raw, _ in CASES], "raw string, source string, arrival_ms long"
-    )
+        [
+            (i, raw if isinstance(raw, bytes) else raw.encode(), "test", ARRIVAL)
+            for i, (raw, _) in enumerate(CASES)
+        ],
+        "case int, bytes binary, source string, arrival_ms long",
+    ).select("case", F.col("bytes").cast("string").alias("raw"), "source", "arrival_ms")
     rules = ValidationConfig(max_record_bytes=256)
-    rows = parse_records(lines, rules).collect()
-    return {r["raw"]: r for r in rows}
+    rows = parse_records(lines.drop("case"), rules).collect()
+    by_raw = {r["raw"]: r for r in rows}
+    case_raw = {r["case"]: r["raw"] for r in lines.collect()}
+    return {raw: by_raw[case_raw[i]] for i, (raw, _) in enumerate(CASES)}
 
 
 @pytest.mark.parametrize(("raw", "reason"), CASES, ids=[f"case{i}" for i in range(len(CASES))])

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A single Apache Kafka broker in KRaft mode (no ZooKeeper) on loopback, from the jars that
+# scripts/setup.sh fetched from Maven Central into .cache/kafka/libs.
+#
+#   scripts/kafka.sh start|stop|status|restart
+#
+# TIDEMARK_KAFKA_DIR   data, config, log and pid (default: var/kafka)
+# TIDEMARK_KAFKA_PORT  client port on 127.0.0.1 (default 19092; the controller uses port + 1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${TIDEMARK_KAFKA_DIR:-var/kafka}
+PORT=${TIDEMARK_KAFKA_PORT:-19092}
+LIBS="$PWD/.cache/kafka/libs"
+PIDFILE="$DIR/broker.pid"
+JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
+
+die() { echo "kafka: error: $*" >&2; exit 1; }
+running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
+
+start() {
+  [ -d "$LIBS" ] && ls "$LIBS"/kafka_2.13-*.jar >/dev/null 2>&1 || die "no broker jars in $LIBS: run scripts/setup.sh"
+  if running; then echo "kafka: already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$PORT"; return; fi
+  mkdir -p "$DIR/data"
+  DIR=$(cd "$DIR" && pwd)
+  cat > "$DIR/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$((PORT + 1))
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$((PORT + 1))
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$DIR/data
+num.partitions=4
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+# Keep records: the batch recompute re-reads topics by offset range.
+log.retention.ms=-1
+PROPS
+  if [ ! -f "$DIR/data/meta.properties" ]; then
+    id=$("$JAVA" -cp "$LIBS/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    "$JAVA" -cp "$LIBS/*" kafka.tools.StorageTool format -t "$id" -c "$DIR/server.properties" >/dev/null
+  fi
+  nohup "$JAVA" -Xmx512m -Xms256m -cp "$LIBS/*" kafka.Kafka "$DIR/server.properties" \
+    >"$DIR/broker.log" 2>&1 </dev/null &
+  echo $! > "$PIDFILE"
+  for _ in $(seq 1 120); do
+    if port_open; then echo "kafka: broker up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), data $DIR)"; return; fi
+    running || die "broker exited during start-up; see $DIR/broker.log"
+    sleep 0.5
+  done
+  die "broker did not open 127.0.0.1:$PORT within 60 s; see $DIR/broker.log"
+}
+
+stop() {
+  if ! running; then echo "kafka: not running"; rm -f "$PIDFILE"; return; fi
+  pid=$(cat "$PIDFILE")
+  kill "$pid"
+  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  rm -f "$PIDFILE"
+  echo "kafka: stopped"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  restart) stop; start ;;
+  status) if running && port_open; then echo "kafka: running on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"; else echo "kafka: not running"; exit 3; fi ;;
+  *) echo "usage: scripts/kafka.sh start|stop|status|restart" >&2; exit 2 ;;
+esac
