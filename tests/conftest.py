@@ -42,3 +42,36 @@ def spark(tmp_path_factory):
 def workdir(tmp_path):
     yield tmp_path
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+class KafkaBroker:
+    """The project's own single-broker KRaft Kafka (scripts/kafka.sh) on a free loopback port."""
+
+    def __init__(self, directory: Path) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.env = {**os.environ, "TIDEMARK_KAFKA_DIR": str(directory), "TIDEMARK_KAFKA_PORT": str(port)}
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.script = Path(__file__).resolve().parents[1] / "scripts" / "kafka.sh"
+
+    def _run(self, action: str) -> None:
+        import subprocess
+
+        subprocess.run([str(self.script), action], env=self.env, check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        self._run("start")
+
+    def stop(self) -> None:
+        self._run("stop")
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()

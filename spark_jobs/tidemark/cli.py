@@ -147,6 +147,8 @@ def _scenario_from(args):
 def cmd_generate(args) -> int:
     from tidemark.generator import generate_files, generate_live
 
+    if args.kafka:
+        return _generate_kafka(args)
     if args.out:
         out = args.out
     elif args.config:
@@ -172,6 +174,32 @@ def cmd_generate(args) -> int:
         f"wrote {truth.files} files, {truth.lines:,} lines: {truth.unique_events:,} unique events, "
         f"{truth.duplicate_copies:,} retry copies, {truth.malformed_lines:,} malformed lines, "
         f"{len(scenario.lagging_hosts())} lagging hosts ({time.monotonic() - started:.1f}s)"
+    )
+    return 0
+
+
+def _generate_kafka(args) -> int:
+    from tidemark.kafka import publish_scenario
+
+    if not args.topic:
+        raise ConfigError("generate: --kafka needs --topic")
+    scenario = _scenario_from(args)
+    started = time.monotonic()
+    _echo(
+        f"publishing {'live' if args.live else 'bounded'} scenario to {args.kafka} topic "
+        f"{args.topic} (keyed by host)"
+    )
+    truth = publish_scenario(
+        scenario,
+        args.kafka,
+        args.topic,
+        live=args.live,
+        progress=_echo if args.verbose or args.live else None,
+    )
+    _echo(
+        f"published {truth.lines:,} records: {truth.unique_events:,} unique events, "
+        f"{truth.duplicate_copies:,} retry copies, {truth.malformed_lines:,} malformed "
+        f"({time.monotonic() - started:.1f}s)"
     )
     return 0
 
@@ -298,6 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     target = gen.add_argument_group("where")
     target.add_argument("--out", help="landing directory to write (default: the config's source.path)")
     target.add_argument("--config", help="pipeline YAML whose source.path is the landing directory")
+    target.add_argument(
+        "--kafka", metavar="BOOTSTRAP", help="publish to this Kafka cluster instead of writing files"
+    )
+    target.add_argument("--topic", help="Kafka topic to publish to (with --kafka); created if missing")
     target.add_argument(
         "--live",
         action="store_true",

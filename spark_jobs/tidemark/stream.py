@@ -151,7 +151,19 @@ def source_lines(spark: SparkSession, config: PipelineConfig, streaming: bool) -
     if src.kind == "files":
         assert src.path is not None
         return read_landing_files(spark, src.path, streaming, src.max_files_per_trigger)
-    raise ConfigError(f"source.kind {src.kind} is not available yet")
+    if src.kind == "kafka":
+        from tidemark.kafka import read_topic
+
+        assert src.bootstrap_servers is not None and src.topic is not None
+        return read_topic(
+            spark,
+            src.bootstrap_servers,
+            src.topic,
+            streaming,
+            src.starting_offsets,
+            src.max_offsets_per_trigger,
+        )
+    raise ConfigError(f"source.kind {src.kind} has no line reader")
 
 
 def parsed_source(spark: SparkSession, config: PipelineConfig, streaming: bool) -> DataFrame:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, small_scenario, write_config
+from helpers import assert_exactly_once, kafka_pipeline, small_scenario, write_config
 
 from tidemark.generator import generate_files
 from tidemark.reconcile import reconcile
@@ -120,3 +120,22 @@ def config_end(config) -> int:
 
     s = read_manifest(config.source.path)["scenario"]
     return s["start_ms"] + s["minutes"] * 60_000
+
+
+def test_random_kills_with_the_kafka_source_equal_the_recompute(spark, kafka, tmp_path):
+    scenario, config, oracle_config, truth = kafka_pipeline(tmp_path, kafka, "clicks-kills")
+    config_path = tmp_path / "kfk.yaml"
+    rng = random.Random(4)
+    delays = [round(rng.uniform(8.0, 20.0), 1) for _ in range(5)]
+    for delay in delays:
+        proc = start_job(config_path)
+        time.sleep(delay)
+        if proc.poll() is None:
+            kill_group(proc)
+        else:
+            proc.communicate()
+    code, out = finish(start_job(config_path))
+    assert code == 0, out[-3000:]
+    assert_exactly_once(spark, config.model_copy(update={"source": oracle_config.source}), truth)
+    report = reconcile(spark, config, scenario.start_ms, scenario.end_ms)
+    assert all(w.unexplained == 0 for w in report.closed), report.table()
