@@ -139,3 +139,45 @@ def test_random_kills_with_the_kafka_source_equal_the_recompute(spark, kafka, tm
     assert_exactly_once(spark, config.model_copy(update={"source": oracle_config.source}), truth)
     report = reconcile(spark, config, scenario.start_ms, scenario.end_ms)
     assert all(w.unexplained == 0 for w in report.closed), report.table()
+
+
+def _committed_events(config) -> int:
+    from tidemark.tables import read_local, table_exists
+
+    path = config.table_path("watermarks")
+    return int(read_local(path)["events"].sum()) if table_exists(path) else 0
+
+
+def test_broker_stopped_and_restarted_mid_stream_loses_and_duplicates_nothing(spark, kafka, tmp_path):
+    _scenario, config, oracle_config, truth = kafka_pipeline(tmp_path, kafka, "clicks-outage", name="kout")
+    config_path = tmp_path / "kout.yaml"
+    config_path.write_text(
+        config_path.read_text().replace("trigger_interval: 10s", "") + "trigger_interval: 1s\n"
+    )
+    env_job = [sys.executable, "-m", "tidemark.cli", "stream", "--config", str(config_path)]
+
+    def start_continuous() -> subprocess.Popen:
+        return subprocess.Popen(
+            env_job, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+
+    job = start_continuous()
+    deadline = time.monotonic() + 240
+    while _committed_events(config) == 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _committed_events(config) > 0, "no batch committed before the broker outage"
+    try:
+        kafka.stop()
+        time.sleep(8)
+    finally:
+        kafka.start()  # the broker is shared by the session
+    restarts = 0
+    while _committed_events(config) < truth.unique_events and time.monotonic() < deadline + 240:
+        if job.poll() is not None:  # it failed while the broker was away: restart it, as the supervisor does
+            restarts += 1
+            job = start_continuous()
+        time.sleep(2)
+    kill_group(job)
+    assert _committed_events(config) == truth.unique_events
+    assert_exactly_once(spark, config.model_copy(update={"source": oracle_config.source}), truth)
+    print(f"job restarts after the broker outage: {restarts}")

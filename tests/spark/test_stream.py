@@ -125,3 +125,16 @@ def test_checkpoint_of_another_pipeline_refuses_to_start(streamed, tmp_path):
         match=r"belongs to pipeline 'other' run \w+ but the tables under .* belong to pipeline 't'",
     ):
         ensure_identity(foreign)
+
+
+def test_at_least_once_mode_skips_deduplication(spark, tmp_path):
+    from helpers import small_scenario
+
+    config = write_config(tmp_path, name="alo", mode="at_least_once")
+    truth = generate_files(small_scenario(seed=13), config.source.path)
+    run_stream(spark, config, once=True, echo=lambda m: None)
+    events = _table(spark, config, "events")
+    # every publisher-retry copy is stored and counted: the cheaper, duplicate-tolerant mode
+    assert events.count() == truth.unique_events + truth.duplicate_copies
+    assert events.select("event_id").distinct().count() == truth.unique_events
+    assert _table(spark, config, "quarantine").count() == truth.malformed_lines
