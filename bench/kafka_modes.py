@@ -1,0 +1,143 @@
+"""exactly_once vs at_least_once on the same Kafka input, dedup state size, and recovery time.
+
+    .venv/bin/python bench/kafka_modes.py [--hosts 10000] [--minutes 10] [--rate 10]
+
+Starts the project's broker on a free port, publishes one scenario (1% publisher retries), then
+in one run: streams it with exactly_once and with at_least_once (same topic, separate
+checkpoints), reports events/s and the ratio, the dedup state after the run (rows, RocksDB
+bytes on disk) and the time from a restart after SIGKILL to the first committed batch.
+Figures are printed as markdown; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from conftest import KafkaBroker  # noqa: E402
+from helpers import write_config  # noqa: E402
+
+from tidemark.generator import Scenario  # noqa: E402
+from tidemark.kafka import publish_scenario  # noqa: E402
+from tidemark.sparkenv import build_session  # noqa: E402
+from tidemark.stream import start_stream  # noqa: E402
+from tidemark.tables import read_local, table_exists  # noqa: E402
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def run_mode(spark, root: Path, broker: KafkaBroker, topic: str, mode: str, per_trigger: int):
+    config = write_config(
+        root,
+        name=f"bench-{mode.replace('_', '-')}",
+        mode=mode,
+        watermark={"precision": 0.999},
+        source={
+            "kind": "kafka",
+            "bootstrap_servers": broker.bootstrap,
+            "topic": topic,
+            "path": None,
+            "max_offsets_per_trigger": per_trigger,
+        },
+    )
+    started = time.monotonic()
+    query, processor = start_stream(spark, config, once=True, echo=lambda m: None)
+    query.awaitTermination()
+    wall = time.monotonic() - started
+    events = sum(s.events for s in processor.summaries)
+    state_rows = state_mem = None
+    for progress in query.recentProgress:
+        if progress.get("stateOperators"):
+            state_rows = progress["stateOperators"][0]["numRowsTotal"]
+            state_mem = progress["stateOperators"][0].get("memoryUsedBytes")
+    state_dir = Path(config.checkpoint) / "state"
+    return config, wall, events, state_rows, state_mem, du(state_dir) if state_dir.exists() else 0
+
+
+def recovery_seconds(root: Path, config_path: Path, config) -> float:
+    """SIGKILL the job after its first commit, restart it, time to its next committed batch."""
+    import os
+    import signal
+
+    def batches() -> int:
+        path = config.table_path("watermarks")
+        return len(read_local(path)) if table_exists(path) else 0
+
+    cmd = [sys.executable, "-m", "tidemark.cli", "stream", "--config", str(config_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    while batches() == 0:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = batches()
+    restarted = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    while batches() == before:
+        time.sleep(0.1)
+    elapsed = time.monotonic() - restarted
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--minutes", type=int, default=10)
+    parser.add_argument("--rate", type=int, default=10, help="events per host per minute")
+    parser.add_argument("--per-trigger", type=int, default=200_000, help="maxOffsetsPerTrigger")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
+    broker = KafkaBroker(root / "kafka")
+    broker.start()
+    try:
+        scenario = Scenario(
+            hosts=args.hosts,
+            minutes=args.minutes,
+            events_per_host_per_minute=args.rate,
+            lag_share=0.0005,
+            duplicate_rate=0.01,
+            malformed_rate=0.0001,
+        )
+        t0 = time.monotonic()
+        truth = publish_scenario(scenario, broker.bootstrap, "bench")
+        publish_s = time.monotonic() - t0
+        spark = build_session(shuffle_partitions=4)
+        rows = []
+        for mode in ("exactly_once", "at_least_once"):
+            rows.append((mode, *run_mode(spark, root, broker, "bench", mode, args.per_trigger)))
+        spark.stop()
+        eo_config = rows[0][1]
+        recovery = recovery_seconds(root, root / f"{eo_config.pipeline}.yaml", eo_config)
+        print(
+            f"\ninput: {truth.lines:,} Kafka records ({truth.unique_events:,} unique events, "
+            f"{truth.duplicate_copies:,} retry copies), published in {publish_s:.1f}s\n"
+        )
+        print(
+            "| mode | events stored | wall (s) | events/s | ratio to exactly_once | dedup state rows "
+            "| dedup state on disk |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        eo_rate = rows[0][3] / rows[0][2]
+        for mode, _cfg, wall, events, state_rows, _mem, disk in rows:
+            rate = events / wall
+            print(
+                f"| {mode} | {events:,} | {wall:.1f} | {rate:,.0f} | {rate / eo_rate:.2f} | "
+                f"{state_rows if state_rows is not None else '-'} | {disk / 1e6:.1f} MB |"
+            )
+        print(f"\nrecovery after SIGKILL (restart to first committed batch, exactly_once): {recovery:.1f}s")
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
