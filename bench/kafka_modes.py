@@ -63,30 +63,53 @@ def run_mode(spark, root: Path, broker: KafkaBroker, topic: str, mode: str, per_
     return config, wall, events, state_rows, state_mem, du(state_dir) if state_dir.exists() else 0
 
 
-def recovery_seconds(root: Path, config_path: Path, config) -> float:
-    """SIGKILL the job after its first commit, restart it, time to its next committed batch."""
+def recovery_seconds(root: Path, broker: KafkaBroker, topic: str, per_trigger: int) -> float:
+    """A fresh exactly_once pipeline on the same topic: SIGKILL it right after its first commit,
+    restart it, and time the restart to its next committed batch (it replays the killed batch)."""
     import os
     import signal
+
+    config = write_config(
+        root,
+        name="bench-recovery",
+        watermark={"precision": 0.999},
+        source={
+            "kind": "kafka",
+            "bootstrap_servers": broker.bootstrap,
+            "topic": topic,
+            "path": None,
+            "max_offsets_per_trigger": per_trigger,
+        },
+    )
+    config_path = root / "bench-recovery.yaml"
 
     def batches() -> int:
         path = config.table_path("watermarks")
         return len(read_local(path)) if table_exists(path) else 0
 
+    def wait_for_more_than(n: int, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while batches() <= n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no batch committed within {timeout:.0f}s")
+            time.sleep(0.1)
+
     cmd = [sys.executable, "-m", "tidemark.cli", "stream", "--config", str(config_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    while batches() == 0:
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        wait_for_more_than(0)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     before = batches()
     restarted = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    while batches() == before:
-        time.sleep(0.1)
-    elapsed = time.monotonic() - restarted
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    return elapsed
+    try:
+        wait_for_more_than(before)
+        return time.monotonic() - restarted
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def main() -> None:
@@ -111,29 +134,31 @@ def main() -> None:
         t0 = time.monotonic()
         truth = publish_scenario(scenario, broker.bootstrap, "bench")
         publish_s = time.monotonic() - t0
-        spark = build_session(shuffle_partitions=4)
-        rows = []
-        for mode in ("exactly_once", "at_least_once"):
-            rows.append((mode, *run_mode(spark, root, broker, "bench", mode, args.per_trigger)))
-        spark.stop()
-        eo_config = rows[0][1]
-        recovery = recovery_seconds(root, root / f"{eo_config.pipeline}.yaml", eo_config)
         print(
-            f"\ninput: {truth.lines:,} Kafka records ({truth.unique_events:,} unique events, "
-            f"{truth.duplicate_copies:,} retry copies), published in {publish_s:.1f}s\n"
+            f"input: {truth.lines:,} Kafka records ({truth.unique_events:,} unique events, "
+            f"{truth.duplicate_copies:,} retry copies), published in {publish_s:.1f}s\n",
+            flush=True,
         )
         print(
             "| mode | events stored | wall (s) | events/s | ratio to exactly_once | dedup state rows "
             "| dedup state on disk |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        eo_rate = rows[0][3] / rows[0][2]
-        for mode, _cfg, wall, events, state_rows, _mem, disk in rows:
+        print("|---|---:|---:|---:|---:|---:|---:|", flush=True)
+        spark = build_session(shuffle_partitions=4)
+        eo_rate = None
+        for mode in ("exactly_once", "at_least_once"):
+            _cfg, wall, events, state_rows, _mem, disk = run_mode(
+                spark, root, broker, "bench", mode, args.per_trigger
+            )
             rate = events / wall
+            eo_rate = eo_rate or rate
             print(
                 f"| {mode} | {events:,} | {wall:.1f} | {rate:,.0f} | {rate / eo_rate:.2f} | "
-                f"{state_rows if state_rows is not None else '-'} | {disk / 1e6:.1f} MB |"
+                f"{state_rows if state_rows is not None else '-'} | {disk / 1e6:.1f} MB |",
+                flush=True,
             )
+        spark.stop()
+        recovery = recovery_seconds(root, broker, "bench", args.per_trigger)
         print(f"\nrecovery after SIGKILL (restart to first committed batch, exactly_once): {recovery:.1f}s")
     finally:
         broker.stop()
