@@ -35,11 +35,10 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_mode(spark, root: Path, broker: KafkaBroker, topic: str, mode: str, per_trigger: int):
-    config = write_config(
+def kafka_config(root: Path, name: str, broker: KafkaBroker, topic: str, per_trigger: int, **extra):
+    return write_config(
         root,
-        name=f"bench-{mode.replace('_', '-')}",
-        mode=mode,
+        name=name,
         watermark={"precision": 0.999},
         source={
             "kind": "kafka",
@@ -48,7 +47,12 @@ def run_mode(spark, root: Path, broker: KafkaBroker, topic: str, mode: str, per_
             "path": None,
             "max_offsets_per_trigger": per_trigger,
         },
+        **extra,
     )
+
+
+def run_mode(spark, root: Path, broker: KafkaBroker, topic: str, mode: str, per_trigger: int):
+    config = kafka_config(root, f"bench-{mode.replace('_', '-')}", broker, topic, per_trigger, mode=mode)
     started = time.monotonic()
     query, processor = start_stream(spark, config, once=True, echo=lambda m: None)
     query.awaitTermination()
@@ -69,18 +73,7 @@ def recovery_seconds(root: Path, broker: KafkaBroker, topic: str, per_trigger: i
     import os
     import signal
 
-    config = write_config(
-        root,
-        name="bench-recovery",
-        watermark={"precision": 0.999},
-        source={
-            "kind": "kafka",
-            "bootstrap_servers": broker.bootstrap,
-            "topic": topic,
-            "path": None,
-            "max_offsets_per_trigger": per_trigger,
-        },
-    )
+    config = kafka_config(root, "bench-recovery", broker, topic, per_trigger)
     config_path = root / "bench-recovery.yaml"
 
     def batches() -> int:
