@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-WINDOW_COLUMNS = ["window_start_ms", "key", "events", "value_sum"]
-
 
 def window_start_col(event_time: str, window_ms: int) -> Column:
     from pyspark.sql import functions as F

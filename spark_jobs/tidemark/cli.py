@@ -11,7 +11,6 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from tidemark.config import ConfigError, PipelineConfig, load_config
 from tidemark.timeutil import format_instant_ms, parse_instant_ms
@@ -455,6 +454,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-__all__ = ["Path", "main"]

@@ -33,19 +33,6 @@ from tidemark.timeutil import format_instant_ms, now_ms
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-RESULT_COLUMNS = [
-    "window_start",
-    "window_end",
-    "status",
-    "stream_events",
-    "batch_events",
-    "late_events",
-    "abs_diff",
-    "alignment",
-    "aligned",
-    "unexplained",
-]
-
 
 @dataclass(frozen=True)
 class WindowResult:

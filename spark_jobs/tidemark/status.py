@@ -75,18 +75,7 @@ def _lag(s: WatermarkStatus) -> int | None:
 
 
 def latest_marker(config: PipelineConfig) -> dict | None:
-    path = config.table_path(T.WATERMARKS)
-    if not T.table_exists(path):
-        return None
-    from deltalake import DeltaTable
-
-    table = DeltaTable(path).to_pyarrow_table()
-    if table.num_rows == 0:
-        return None
-    import pyarrow.compute as pc
-
-    index = pc.index(table["batch_id"], pc.max(table["batch_id"])).as_py()
-    return {name: table[name][index].as_py() for name in table.column_names}
+    return T.latest_marker(config.table_path(T.WATERMARKS))
 
 
 def read_status(config: PipelineConfig, now: int | None = None) -> PipelineStatus:

@@ -51,9 +51,8 @@ from tidemark.watermark import (
     STALLED,
     WatermarkServer,
     evaluate_status,
-    precise_watermark,
     read_hosts_file,
-    required_hosts,
+    update_watermark,
 )
 
 if TYPE_CHECKING:
@@ -248,15 +247,8 @@ class BatchProcessor:
     # -- state -------------------------------------------------------------------------------
     def _marker_before(self, batch_id: int) -> tuple[dict | None, bool]:
         """(newest watermark row with batch_id <= the given one, is it that very batch?)."""
-        path = self.writer.path(T.WATERMARKS)
-        if not T.table_exists(path):
-            return None, False
-        marks = T.read_local(path)
-        marks = marks[marks["batch_id"] <= batch_id]
-        if marks.empty:
-            return None, False
-        row = marks.loc[marks["batch_id"].idxmax()].to_dict()
-        return row, int(row["batch_id"]) == batch_id
+        row = T.latest_marker(self.writer.path(T.WATERMARKS), max_batch=batch_id)
+        return row, row is not None and int(row["batch_id"]) == batch_id
 
     def _load_state(self, marker: dict | None) -> PipelineState:
         if marker is None:
@@ -344,15 +336,16 @@ class BatchProcessor:
         population = progress if expected is None else progress[progress.index.isin(expected)]
         n_total = len(progress) if expected is None else len(expected)
         values = population["progress_ms"].to_numpy(dtype=np.int64)
-        if cfg.source.kind == "delta":
-            # Propagated: the upstream's global low watermark is this pipeline's input watermark.
-            candidate = counts["upstream_lw"]
-        else:
-            candidate = precise_watermark(values, cfg.watermark.precision_fraction, n_total)
-        watermark = (
-            prev_wm if candidate is None or (prev_wm is not None and candidate < prev_wm) else candidate
+        # Propagated (delta source): the upstream's global low watermark is this pipeline's input.
+        update = update_watermark(
+            values,
+            cfg.watermark.precision_fraction,
+            prev_wm,
+            n_total,
+            propagated=cfg.source.kind == "delta",
+            upstream_watermark=counts["upstream_lw"],
         )
-        advanced = watermark is not None and (prev_wm is None or watermark > prev_wm)
+        watermark, advanced = update.watermark, update.advanced
         advanced_at = batch_ts if advanced else state.advanced_at_ms
         status = evaluate_status(
             population.index.to_numpy(),
@@ -364,9 +357,6 @@ class BatchProcessor:
             cfg.watermark.lag_threshold,
             cfg.watermark.stall_after,
             expected=expected,
-        )
-        hosts_behind = (n_total - len(values)) + (
-            int(np.count_nonzero(values < watermark)) if watermark is not None else len(values)
         )
         phases.lap("host_progress")
 
@@ -448,8 +438,8 @@ class BatchProcessor:
             previous=prev_wm,
             hosts_total=n_total,
             hosts_reporting=status.hosts_reporting,
-            hosts_required=required_hosts(n_total, cfg.watermark.precision_fraction),
-            hosts_behind=hosts_behind,
+            hosts_required=update.required,
+            hosts_behind=update.behind,
             hosts_lagging=status.hosts_lagging,
             state=status.state,
             windows_closed=len(closing),

@@ -214,6 +214,23 @@ def table_exists(path: str) -> bool:
     return DeltaTable.is_deltatable(path)
 
 
+def latest_marker(path: str, max_batch: int | None = None) -> dict | None:
+    """The newest row of a ``watermarks`` table (with ``batch_id <= max_batch`` if given), as plain
+    Python values, read with delta-rs; None when there is none."""
+    if not table_exists(path):
+        return None
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path).to_pyarrow_table()
+    if max_batch is not None:
+        table = table.filter(pc.less_equal(table["batch_id"], max_batch))
+    if table.num_rows == 0:
+        return None
+    index = pc.index(table["batch_id"], pc.max(table["batch_id"])).as_py()
+    return {name: table[name][index].as_py() for name in table.column_names}
+
+
 def read_local(path: str, version: int | None = None) -> pd.DataFrame:
     """A small Delta table as pandas, through delta-rs (no JVM)."""
     from deltalake import DeltaTable

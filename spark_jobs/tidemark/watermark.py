@@ -104,16 +104,30 @@ class MonotonicWatermark:
 
 
 def update_watermark(
-    progress: Mapping[str, int],
+    progress: Mapping[str, int] | np.ndarray,
     precision: Fraction | float | str,
     previous: int | None,
     population: int | None = None,
+    *,
+    propagated: bool = False,
+    upstream_watermark: int | None = None,
 ) -> WatermarkUpdate:
-    """One watermark step: compute the precise watermark over ``progress``, never below ``previous``."""
-    values = np.fromiter(progress.values(), dtype=np.int64, count=len(progress))
+    """One watermark step, never below ``previous``.
+
+    The candidate is the precise watermark over ``progress`` (a host->progress mapping or the
+    array of the population's reporting hosts), or, for a pipeline fed by another pipeline
+    (``propagated``), the upstream's low watermark. ``behind`` counts population hosts below the
+    result, silent expected hosts included.
+    """
+    values = (
+        progress.astype(np.int64, copy=False)
+        if isinstance(progress, np.ndarray)
+        else np.fromiter(progress.values(), dtype=np.int64, count=len(progress))
+    )
     n = len(values) if population is None else population
+    candidate = upstream_watermark if propagated else precise_watermark(values, precision, n)
     state = MonotonicWatermark(previous)
-    state.offer(precise_watermark(values, precision, n))
+    state.offer(candidate)
     wm = state.value
     missing = n - len(values)
     behind = missing + (int(np.count_nonzero(values < wm)) if wm is not None else len(values))

@@ -53,6 +53,19 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
+def kill_at_random_moments(config_path: Path, rng: random.Random, low: float, high: float, kills: int = 5):
+    """Start the job and SIGKILL it (with its JVM) after a random delay, ``kills`` times."""
+    delays = [round(rng.uniform(low, high), 1) for _ in range(kills)]
+    for delay in delays:
+        proc = start_job(config_path)
+        time.sleep(delay)
+        if proc.poll() is None:
+            kill_group(proc)
+        else:
+            proc.communicate()
+    return delays
+
+
 @pytest.fixture
 def pipeline(tmp_path):
     config = write_config(tmp_path, name="crash")
@@ -91,15 +104,7 @@ def test_kills_after_each_write_inside_a_batch_lose_and_duplicate_nothing(spark,
 
 def test_random_kills_then_restart_equal_the_batch_recompute(spark, pipeline):
     config_path, config, truth = pipeline
-    rng = random.Random(20261122)
-    delays = [round(rng.uniform(6.0, 20.0), 1) for _ in range(5)]
-    for delay in delays:
-        proc = start_job(config_path)
-        time.sleep(delay)
-        if proc.poll() is None:
-            kill_group(proc)
-        else:
-            proc.communicate()
+    delays = kill_at_random_moments(config_path, random.Random(20261122), 6.0, 20.0)
     code, out = finish(start_job(config_path))
     assert code == 0, out[-3000:]
     assert_exactly_once(spark, config, truth)
@@ -125,15 +130,7 @@ def config_end(config) -> int:
 def test_random_kills_with_the_kafka_source_equal_the_recompute(spark, kafka, tmp_path):
     scenario, config, oracle_config, truth = kafka_pipeline(tmp_path, kafka, "clicks-kills")
     config_path = tmp_path / "kfk.yaml"
-    rng = random.Random(4)
-    delays = [round(rng.uniform(8.0, 20.0), 1) for _ in range(5)]
-    for delay in delays:
-        proc = start_job(config_path)
-        time.sleep(delay)
-        if proc.poll() is None:
-            kill_group(proc)
-        else:
-            proc.communicate()
+    kill_at_random_moments(config_path, random.Random(4), 8.0, 20.0)
     code, out = finish(start_job(config_path))
     assert code == 0, out[-3000:]
     assert_exactly_once(spark, config.model_copy(update={"source": oracle_config.source}), truth)
