@@ -18,6 +18,18 @@ command -v "$JAVA" >/dev/null 2>&1 || die "java not found; install Java 17 (e.g.
 java_version=$("$JAVA" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')
 [ "${java_version%%.*}" = "17" ] || die "java is version ${java_version:-unknown}; Spark 4.1 here is set up for Java 17 (set JAVA_HOME to a JDK 17)"
 
+# Debian packages the tests drive: headless Chromium (UI and report screenshots). Installed only
+# when missing and only as root with apt (a developer machine may already have them).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian's chromium (browser tests)"
+    (apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }) \
+      || die "apt-get install chromium failed; browser tests need /usr/bin/chromium"
+  else
+    die "/usr/bin/chromium not found; install Debian's chromium package (browser tests need it)"
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   say "creating virtual environment .venv"
   "$PYTHON" -m venv .venv
