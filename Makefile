@@ -27,12 +27,12 @@ test-fast: setup
 	$(VENV)/python -m pytest -m "not spark and not slow" $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/ruff check spark_jobs tests bench
-	$(VENV)/ruff format --check spark_jobs tests bench
+	$(VENV)/ruff check spark_jobs plugins dags tests bench
+	$(VENV)/ruff format --check spark_jobs plugins dags tests bench
 
 format: setup
-	$(VENV)/ruff format spark_jobs tests bench
-	$(VENV)/ruff check --fix spark_jobs tests bench
+	$(VENV)/ruff format spark_jobs plugins dags tests bench
+	$(VENV)/ruff check --fix spark_jobs plugins dags tests bench
 
 clean:
 	rm -rf var

@@ -97,6 +97,32 @@ class ReconcileConfig(_Strict):
     target: float = Field(default=0.999, gt=0, le=1)
 
 
+class AlertsConfig(_Strict):
+    """Where alerts go. Channels are Airflow connections (ids, never credentials, live here); a
+    channel whose connection is not defined in Airflow is skipped with a warning."""
+
+    email_to: list[str] = Field(default_factory=list)
+    smtp_conn_id: str = "tidemark_smtp"
+    webhook_conn_id: str = "tidemark_webhook"
+    # lagging hosts named in a stall alert (worst first); the count is always given
+    max_hosts_listed: int = Field(default=20, ge=1)
+
+
+class AirflowConfig(_Strict):
+    """How the Airflow DAGs run this pipeline (schedules live in the DAG files)."""
+
+    # first hour the reconciliation DAG covers (catchup backfills from here); None = no catchup
+    reconcile_start: InstantMs | None = None
+    # the precise watermark must pass an hour's end by this much before the hour is reconciled
+    reconcile_grace: DurationMs = Field(default=parse_duration_ms("2m"))
+    spark_conn_id: str = "tidemark_spark"
+    # the supervisor restarts a job whose heartbeat or current trigger is older than this
+    hang_after: DurationMs = Field(default=parse_duration_ms("5m"))
+    # ... and alerts when it had to restart it this many times within restart_window
+    max_restarts: int = Field(default=3, ge=1)
+    restart_window: DurationMs = Field(default=parse_duration_ms("1h"))
+
+
 class SparkConfig(_Strict):
     master: str | None = None
     shuffle_partitions: int = Field(default=4, ge=1)
@@ -116,6 +142,8 @@ class PipelineConfig(_Strict):
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    airflow: AirflowConfig = Field(default_factory=AirflowConfig)
 
     @field_validator("pipeline")
     @classmethod

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tidemark import tables as T
+from tidemark import liveness, tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
 from tidemark.config import ConfigError, PipelineConfig
 from tidemark.records import drop_blank_lines, parse_records, read_landing_files, read_upstream_events
@@ -733,8 +733,14 @@ def start_stream(
 
 def run_stream(spark: SparkSession, config: PipelineConfig, once: bool, echo=print) -> BatchProcessor:
     query, processor = start_stream(spark, config, once, echo=echo)
+    heartbeat = liveness.Heartbeat(config)
     try:
-        query.awaitTermination()
+        # A live job rewrites its heartbeat file every few seconds, batch or no batch: the
+        # Airflow supervisor tells a dead job (stale file, no process) from a hung one (process
+        # alive, file stale or one trigger running for too long) without talking to Spark.
+        while not query.awaitTermination(liveness.HEARTBEAT_EVERY_S):
+            heartbeat.beat(query, processor)
+        heartbeat.beat(query, processor, stopped=True)
     except KeyboardInterrupt:
         echo(f"[{config.pipeline}] stopping (Ctrl-C): the current batch finishes or is replayed")
         query.stop()

@@ -1,0 +1,395 @@
+"""Operators that run Tidemark from Airflow.
+
+Heavy imports (the Tidemark job code, delta-rs, the SMTP provider) happen inside ``execute``, so
+parsing a DAG never starts a JVM or touches the warehouse. Every operator takes the pipeline's
+config path: the config is re-read when the task runs.
+
+* ``TidemarkSparkSubmitOperator``: the Spark provider's ``SparkSubmitOperator`` for a Tidemark
+  entrypoint (jars from the local cache, the Python that runs Airflow for the driver).
+* ``ReconcileSubmitOperator``: the batch recompute-and-diff of the run's interval.
+* ``StreamLauncherOperator``: starts the streaming job through the same provider hook, detached,
+  so the job does not pin a worker slot; returns once the job's first heartbeat is written.
+* ``StreamHealthOperator``: branch: healthy, or (re)start (kills a hung job first).
+* ``WatermarkMonitorOperator``: one stall alert per stall, one recovery notice when it ends.
+* ``ReconciliationGateOperator``: alerts on windows below target; the hour's Asset event.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseBranchOperator, BaseOperator
+
+from tidemark_airflow.context import interval_ms
+from tidemark_airflow.pipelines import entrypoint, load_pipeline
+
+
+def _require_connection(conn_id: str, what: str) -> None:
+    from airflow.sdk import BaseHook
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except Exception as exc:
+        raise RuntimeError(
+            f"Airflow connection {conn_id!r} ({what}) is not defined: {type(exc).__name__}"
+        ) from None
+
+
+class TidemarkSparkSubmitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` for one of Tidemark's entrypoints (``stream_job``, ``reconcile_job``).
+
+    The master comes from the Spark connection (``airflow.spark_conn_id`` in the pipeline config,
+    default ``tidemark_spark``), never from code. Jars come from the local cache that set-up
+    filled (no network at run time); ``py_files`` ships the project to a cluster's executors.
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "config_path")
+
+    def __init__(self, *, config_path: str, job: str, conn_id: str = "tidemark_spark", **kwargs: Any) -> None:
+        kwargs.setdefault("name", f"tidemark-{job}")
+        super().__init__(application=entrypoint(job), conn_id=conn_id, **kwargs)
+        self.config_path = config_path
+        self.job = job
+
+    def job_args(self, context) -> list[str]:
+        return ["--config", self.config_path]
+
+    def prepare(self, context) -> None:
+        from tidemark.sparkenv import cached_jars
+
+        _require_connection(self._conn_id, "the Spark master to submit to")
+        self.jars = self.jars or ",".join(str(j) for j in cached_jars())
+        self.application_args = [*self.job_args(context), *(self.application_args or [])]
+        python = sys.executable
+        bin_dir = str(Path(python).parent)
+        path = os.environ.get("PATH", "")
+        self.env_vars = {
+            "PYSPARK_PYTHON": python,
+            "PYSPARK_DRIVER_PYTHON": python,
+            # spark-submit is the one next to this Python (pyspark's), whatever PATH the worker has
+            "PATH": path if path.startswith(bin_dir + os.pathsep) else f"{bin_dir}{os.pathsep}{path}",
+            **(self.env_vars or {}),
+        }
+
+    def execute(self, context) -> Any:
+        self.prepare(context)
+        return super().execute(context)
+
+
+class ReconcileSubmitOperator(TidemarkSparkSubmitOperator):
+    """Recompute the run's interval from the raw data and diff it with the stream (Spark job)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(job="reconcile_job", **kwargs)
+
+    def job_args(self, context) -> list[str]:
+        from tidemark.timeutil import format_instant_ms
+
+        start, end = interval_ms(context)
+        return [
+            "--config",
+            self.config_path,
+            "--start",
+            format_instant_ms(start),
+            "--end",
+            format_instant_ms(end),
+        ]
+
+
+class StreamLauncherOperator(TidemarkSparkSubmitOperator):
+    """Start the streaming job through the provider's spark-submit command, detached.
+
+    A streaming job never ends, so waiting on it (what ``SparkSubmitOperator`` does) would pin a
+    worker slot forever. This operator builds the very command the provider's hook would run
+    (connection, jars, conf, env), starts it in its own session with output to a log file beside
+    the checkpoint, records pid and command in the launch file, and waits only until the job's
+    first heartbeat (``tidemark.liveness``). If the process exits first, the task fails with the
+    log's tail. Between supervisor runs the job runs on its own; the supervisor DAG checks it.
+    """
+
+    def __init__(self, *, start_timeout: float = 180.0, **kwargs: Any) -> None:
+        super().__init__(job="stream_job", **kwargs)
+        self.start_timeout = start_timeout
+
+    def execute(self, context) -> dict[str, Any]:
+        from tidemark import liveness
+        from tidemark.timeutil import now_ms
+
+        self.prepare(context)
+        config = load_pipeline(self.config_path).config
+        hook = self._get_hook()
+        command = hook._build_spark_submit_command(self.application)  # the provider's own command
+        env = {**os.environ, **(hook._env or {})}
+        log_path = Path(config.checkpoint).parent / f"{config.pipeline}.stream.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        launched_at = now_ms()
+        with open(log_path, "ab") as log_file:
+            log_file.write(f"\n--- launched by Airflow at {launched_at} ---\n".encode())
+            log_file.flush()
+            process = subprocess.Popen(
+                command,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # outlives this task; its own process group for kills
+            )
+        liveness.write_json_atomic(
+            liveness.launch_path(config),
+            {
+                "pid": process.pid,
+                "host": socket.gethostname(),
+                "launched_at_ms": launched_at,
+                "log": str(log_path),
+                "dag_run": str(context.get("run_id")),
+            },
+        )
+        self.log.info("started %s as pid %s, log %s", config.pipeline, process.pid, log_path)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            state = liveness.assess(config, hang_after_ms=config.airflow.hang_after, start_grace_ms=10**12)
+            if state.state == liveness.RUNNING:
+                self.log.info("stream %s is running: %s", config.pipeline, state.reason)
+                return {"pid": process.pid, "log": str(log_path), "state": state.state}
+            if process.poll() is not None:
+                tail = _tail(log_path)
+                raise RuntimeError(
+                    f"streaming job {config.pipeline} exited with code {process.returncode} before its "
+                    f"first heartbeat; log {log_path}:\n{tail}"
+                )
+            time.sleep(2)
+        raise RuntimeError(
+            f"streaming job {config.pipeline} (pid {process.pid}) wrote no heartbeat within "
+            f"{self.start_timeout:.0f}s; log {log_path}:\n{_tail(log_path)}"
+        )
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def stop_stream(config, timeout: float = 30.0, log=None) -> bool:
+    """Stop the job the supervisor launched (its whole process group): TERM, then KILL."""
+    from tidemark import liveness
+
+    launch = liveness.read_json(liveness.launch_path(config))
+    beat = liveness.read_json(liveness.heartbeat_path(config))
+    pids = {int(x["pid"]) for x in (launch, beat) if x and x.get("pid")}
+    stopped = False
+    for pid in pids:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(os.getpgid(pid), sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
+            while time.monotonic() < deadline and liveness.pid_alive(pid):
+                time.sleep(0.5)
+            if not liveness.pid_alive(pid):
+                stopped = True
+                break
+        if log:
+            log.info("stopped process group of pid %s", pid)
+    return stopped
+
+
+class StreamHealthOperator(BaseBranchOperator):
+    """Is the streaming job running and making progress? Branch to ``healthy`` or ``start``.
+
+    Reads the heartbeat (``tidemark.liveness``) and the committed progress (batch id and watermark,
+    ``tidemark.status``). A HUNG job is killed first. Restarts of a job that had died or hung are
+    counted in the alert ledger; ``airflow.max_restarts`` within ``airflow.restart_window`` sends
+    one alert.
+    """
+
+    template_fields = ("config_path",)
+
+    def __init__(self, *, config_path: str, healthy_task_id: str, start_task_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.healthy_task_id = healthy_task_id
+        self.start_task_id = start_task_id
+
+    def choose_branch(self, context) -> str:
+        from tidemark import liveness
+        from tidemark.status import read_status
+        from tidemark.timeutil import format_instant_ms, now_ms
+        from tidemark_airflow.alerts import Alert, AlertLedger, send
+
+        config = load_pipeline(self.config_path).config
+        state = liveness.assess(config, hang_after_ms=config.airflow.hang_after)
+        progress = read_status(config)
+        self.log.info(
+            "stream %s: %s (%s); last committed batch %s, watermark %s (%s)",
+            config.pipeline,
+            state.state,
+            state.reason,
+            progress.batch_id,
+            format_instant_ms(progress.status.watermark_ms),
+            progress.status.state,
+        )
+        context["ti"].xcom_push(key="liveness", value={"state": state.state, "reason": state.reason})
+        if not state.needs_start:
+            return self.healthy_task_id
+        if state.state == liveness.HUNG:
+            self.log.warning("stream %s is hung (%s): killing it", config.pipeline, state.reason)
+            stop_stream(config, log=self.log)
+        if state.state in (liveness.HUNG, liveness.DEAD) and state.reason != "never started":
+            ledger = AlertLedger(config.pipeline)
+            now = now_ms()
+            window = config.airflow.restart_window
+            restarts = [t for t in ledger.data.get("restarts", []) if now - t <= window] + [now]
+            ledger.data["restarts"] = restarts
+            ledger.save()
+            if len(restarts) >= config.airflow.max_restarts:
+                alert = Alert(
+                    alert_id=f"restarts:{config.pipeline}:{restarts[0]}",
+                    pipeline=config.pipeline,
+                    kind="restarts",
+                    subject=f"[tidemark] {config.pipeline}: streaming job restarted {len(restarts)} times",
+                    text=(
+                        f"The streaming job of {config.pipeline} had to be restarted {len(restarts)} times "
+                        f"since {format_instant_ms(restarts[0])} (last: {state.state}, {state.reason}).\n"
+                        f"Last committed batch {progress.batch_id}, watermark "
+                        f"{format_instant_ms(progress.status.watermark_ms)}. "
+                        "See the job log beside the checkpoint."
+                    ),
+                    details={"restarts": restarts, "last_state": state.state},
+                )
+                send(alert, config, context, ledger)
+        return self.start_task_id
+
+
+class WatermarkMonitorOperator(BaseOperator):
+    """Alert once when the precise watermark STALLS because too many hosts lag; notice on recovery.
+
+    A stall is identified by the watermark value it stalled at (the watermark never moves
+    backwards, so a later stall has a different id): the alert ``stall:<pipeline>:<watermark>``
+    is sent once, and the stall is kept as the ledger's open incident until the watermark moves
+    past it, when one ``recovery`` notice goes out.
+    """
+
+    template_fields = ("config_path",)
+
+    def __init__(self, *, config_path: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+
+    def execute(self, context) -> dict[str, Any]:
+        from tidemark.status import read_status
+        from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
+        from tidemark.watermark import STALLED
+        from tidemark_airflow.alerts import Alert, AlertLedger, send
+
+        config = load_pipeline(self.config_path).config
+        status = read_status(config)
+        s = status.status
+        ledger = AlertLedger(config.pipeline)
+        incident = ledger.open_incident("stall")
+        limit = config.alerts.max_hosts_listed
+        summary = status.to_dict(limit)
+        self.log.info("%s", status.text(limit))
+        if s.state == STALLED and s.watermark_ms is not None:
+            stalled_for = s.since_advance_ms or 0
+            alert = Alert(
+                alert_id=f"stall:{config.pipeline}:{s.watermark_ms}",
+                pipeline=config.pipeline,
+                kind="stall",
+                subject=(
+                    f"[tidemark] {config.pipeline}: watermark STALLED at {format_instant_ms(s.watermark_ms)} "
+                    f"for {humanize_ms(stalled_for)}: {s.hosts_lagging:,} hosts lag "
+                    f"(allowed {s.allowed_lagging:,})"
+                ),
+                text=status.text(limit),
+                details=summary,
+            )
+            send(alert, config, context, ledger)
+            if not incident or incident.get("alert_id") != alert.alert_id:
+                ledger.set_incident(
+                    "stall",
+                    {"alert_id": alert.alert_id, "watermark_ms": s.watermark_ms, "noticed_at_ms": now_ms()},
+                )
+        elif incident and s.watermark_ms is not None and s.watermark_ms > incident["watermark_ms"]:
+            lasted = now_ms() - int(incident["noticed_at_ms"])
+            alert = Alert(
+                alert_id=f"{incident['alert_id']}:recovered",
+                pipeline=config.pipeline,
+                kind="recovery",
+                subject=(
+                    f"[tidemark] {config.pipeline}: watermark advancing again, now "
+                    f"{format_instant_ms(s.watermark_ms)} "
+                    f"(stalled at {format_instant_ms(incident['watermark_ms'])})"
+                ),
+                text=(
+                    f"The stall noticed {humanize_ms(lasted)} ago has ended: the watermark moved from "
+                    f"{format_instant_ms(incident['watermark_ms'])} to "
+                    f"{format_instant_ms(s.watermark_ms)}.\n\n" + status.text(limit)
+                ),
+                details={**summary, "stalled_at_ms": incident["watermark_ms"]},
+            )
+            send(alert, config, context, ledger)
+            ledger.set_incident("stall", None)
+        return summary
+
+
+class ReconciliationGateOperator(BaseOperator):
+    """Read the reconciliation rows of the run's interval; alert and fail if a window misses target.
+
+    Runs after the recompute-and-diff. Passing, it publishes the DAG's outlet Asset event with the
+    interval and its figures, so downstream consumers start only on reconciled hours.
+    """
+
+    template_fields = ("config_path",)
+
+    def __init__(self, *, config_path: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+
+    def execute(self, context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tidemark.timeutil import format_instant_ms
+        from tidemark_airflow.alerts import Alert, send
+        from tidemark_airflow.reconciliation import interval_summary
+
+        config = load_pipeline(self.config_path).config
+        start, end = interval_ms(context)
+        summary = interval_summary(config, start, end)
+        self.log.info("%s", summary["text"])
+        if summary["misaligned"] or summary["unexplained"]:
+            alert = Alert(
+                alert_id=f"misaligned:{config.pipeline}:{start}:{end}:{summary['reconciled_at_ms']}",
+                pipeline=config.pipeline,
+                kind="misaligned",
+                subject=(
+                    f"[tidemark] {config.pipeline}: {len(summary['misaligned'])} windows below "
+                    f"{summary['target']} in {format_instant_ms(start)} .. {format_instant_ms(end)}"
+                ),
+                text=summary["text"],
+                details={k: v for k, v in summary.items() if k != "text"},
+            )
+            send(alert, config, context)
+            raise AirflowFailException(alert.subject)
+        if summary["open"]:
+            raise RuntimeError(f"{summary['open']} windows of the interval are still open; retrying later")
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = {
+                "pipeline": config.pipeline,
+                "start": format_instant_ms(start),
+                "end": format_instant_ms(end),
+                "windows": summary["windows"],
+                "aligned_share": summary["aligned_share"],
+                "worst_alignment": summary["worst_alignment"],
+            }
+        return {k: v for k, v in summary.items() if k != "text"}
