@@ -1,0 +1,85 @@
+"""Real local alert receivers: an SMTP server (aiosmtpd) and an HTTP server taking JSON POSTs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from email import message_from_bytes, policy
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SmtpReceiver:
+    """Collects every message delivered to it, parsed (``email.message.EmailMessage``)."""
+
+    def __init__(self) -> None:
+        from aiosmtpd.controller import Controller
+
+        self.messages: list = []
+        receiver = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd API)
+                msg = message_from_bytes(envelope.content, policy=policy.default)
+                receiver.messages.append({"to": list(envelope.rcpt_tos), "message": msg})
+                return "250 OK"
+
+        self.port = free_port()
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+
+    def __enter__(self) -> SmtpReceiver:
+        self.controller.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.controller.stop()
+
+    def connection_json(self) -> str:
+        return json.dumps(
+            {
+                "conn_type": "smtp",
+                "host": "127.0.0.1",
+                "port": self.port,
+                "extra": {"disable_tls": True, "disable_ssl": True, "from_email": "tidemark@example.com"},
+            }
+        )
+
+
+class HttpReceiver:
+    """Collects the JSON bodies POSTed to it."""
+
+    def __init__(self) -> None:
+        self.posts: list[dict] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server API)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.posts.append({"path": self.path, "json": json.loads(body)})
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+
+    def __enter__(self) -> HttpReceiver:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def connection_json(self) -> str:
+        return json.dumps(
+            {"conn_type": "http", "host": f"http://127.0.0.1:{self.port}", "schema": "hooks/tidemark"}
+        )

@@ -1,0 +1,92 @@
+"""Policy over the whole DagBag: every DAG imports, has docs, tags and retries, and parsing the
+DAG folder starts no Spark and opens no network connection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+from conftest import REPO
+
+PARSE_PROBE = r"""
+import json, socket, sys
+def refuse(*a, **k):
+    raise RuntimeError("network use at DAG parse time")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+dags = {}
+for dag_id, dag in bag.dags.items():
+    dags[dag_id] = {
+        "tags": sorted(dag.tags),
+        "retries": [t.retries for t in dag.tasks],
+        "doc_md": bool(dag.doc_md and dag.doc_md.strip()),
+        "owner": dag.owner,
+        "catchup": dag.catchup,
+        "max_active_runs": dag.max_active_runs,
+    }
+print(json.dumps({
+    "errors": {k: str(v).strip().splitlines()[-1] for k, v in bag.import_errors.items()},
+    "dags": dags,
+    "heavy": sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j", "great_expectations", "deltalake")),
+}))
+"""
+
+
+def write_pipeline(folder, name, **extra):
+    data = {
+        "pipeline": name,
+        "source": {"kind": "files", "path": str(folder / name / "landing")},
+        "warehouse": str(folder / "warehouse"),
+        "checkpoint": str(folder / "checkpoints" / name),
+        **extra,
+    }
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+
+
+def parse_dags() -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", PARSE_PROBE, str(REPO / "dags")],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipelines_dir):
+    write_pipeline(pipelines_dir, "clicks", airflow={"reconcile_start": "2025-11-22T00:00:00Z"})
+    write_pipeline(pipelines_dir, "orders")
+    result = parse_dags()
+    assert result["errors"] == {}
+    assert result["heavy"] == []
+    kinds = ["tidemark_reconciliation", "tidemark_stream_supervisor", "tidemark_watermark_monitor"]
+    assert sorted(result["dags"]) == sorted(f"{k}__{p}" for k in kinds for p in ("clicks", "orders"))
+    for dag_id, dag in result["dags"].items():
+        assert "tidemark" in dag["tags"] and len(dag["tags"]) >= 3, dag_id
+        assert all(r >= 1 for r in dag["retries"]), dag_id
+        assert dag["doc_md"], dag_id
+        assert dag["owner"] == "tidemark", dag_id
+    # hourly reconciliation backfills from reconcile_start; the monitors never catch up
+    assert result["dags"]["tidemark_reconciliation__clicks"]["catchup"] is True
+    assert result["dags"]["tidemark_reconciliation__orders"]["catchup"] is False
+    assert result["dags"]["tidemark_watermark_monitor__clicks"]["max_active_runs"] == 1
+    assert result["dags"]["tidemark_stream_supervisor__clicks"]["max_active_runs"] == 1
+
+
+def test_a_bad_pipeline_config_is_a_one_line_import_error_naming_the_key(pipelines_dir):
+    write_pipeline(pipelines_dir, "clicks", watermark={"precison": 0.999})
+    errors = parse_dags()["errors"]
+    assert len(errors) == 3  # each DAG file reports it
+    for message in errors.values():
+        assert "clicks.yaml" in message and "watermark.precison: unknown key" in message
+
+
+def test_no_pipelines_configured_means_no_dags_and_no_errors(pipelines_dir):
+    result = parse_dags()
+    assert result == {"errors": {}, "dags": {}, "heavy": []}
