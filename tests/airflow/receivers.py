@@ -25,7 +25,7 @@ class SmtpReceiver:
         receiver = self
 
         class Handler:
-            async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd API)
+            async def handle_DATA(self, server, session, envelope):
                 msg = message_from_bytes(envelope.content, policy=policy.default)
                 receiver.messages.append({"to": list(envelope.rcpt_tos), "message": msg})
                 return "250 OK"
@@ -59,7 +59,7 @@ class HttpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server API)
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.posts.append({"path": self.path, "json": json.loads(body)})
                 self.send_response(204)

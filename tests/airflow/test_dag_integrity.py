@@ -32,7 +32,10 @@ for dag_id, dag in bag.dags.items():
 print(json.dumps({
     "errors": {k: str(v).strip().splitlines()[-1] for k, v in bag.import_errors.items()},
     "dags": dags,
-    "heavy": sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j", "great_expectations", "deltalake")),
+    "heavy": sorted(
+        m for m in sys.modules
+        if m.split(".")[0] in ("pyspark", "py4j", "great_expectations", "deltalake")
+    ),
 }))
 """
 
