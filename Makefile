@@ -4,9 +4,10 @@
 VENV := .venv/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup demo test test-fast lint format clean
+.PHONY: help setup run demo test test-fast lint format clean
 
 help:
+	@echo "make run        the platform: Airflow UI + scheduler + live generator + supervised stream (Ctrl-C stops)"
 	@echo "make demo       bounded end-to-end run: generate, stream, reconcile, report"
 	@echo "make test       the full test suite (unit, Spark integration, crash/kill tests)"
 	@echo "make test-fast  unit tests only (no JVM)"
@@ -16,6 +17,9 @@ help:
 
 setup:
 	@scripts/setup.sh
+
+run: setup
+	PYTHONPATH=plugins $(VENV)/python -m tidemark_airflow.launcher $(RUN_ARGS)
 
 demo: setup
 	$(VENV)/tidemark demo

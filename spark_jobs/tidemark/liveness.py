@@ -151,11 +151,15 @@ def assess(
     if beat.get("stopped"):
         return Liveness(STOPPED, "stopped cleanly", pid, age, last_batch)
     if same_host and pid is not None and not pid_alive(pid):
-        return Liveness(DEAD, f"process {pid} is gone (last heartbeat {humanize_ms(age)} ago)", pid, age, last_batch)
+        return Liveness(
+            DEAD, f"process {pid} is gone (last heartbeat {humanize_ms(age)} ago)", pid, age, last_batch
+        )
     if age > hang_after_ms:
         if same_host:
             return Liveness(HUNG, f"heartbeat {humanize_ms(age)} old", pid, age, last_batch)
-        return Liveness(DEAD, f"heartbeat {humanize_ms(age)} old (remote host {beat.get('host')})", pid, age, last_batch)
+        return Liveness(
+            DEAD, f"heartbeat {humanize_ms(age)} old (remote host {beat.get('host')})", pid, age, last_batch
+        )
     since = beat.get("trigger_since_ms")
     if beat.get("trigger_active") and since is not None and now - since > hang_after_ms:
         return Liveness(HUNG, f"one trigger running for {humanize_ms(now - since)}", pid, age, last_batch)

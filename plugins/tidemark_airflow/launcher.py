@@ -1,0 +1,221 @@
+"""``make run``: the whole platform on one machine, for a person to open in a browser.
+
+Starts, under ``var/platform/`` (or ``--root``):
+
+* Airflow 3 with its own components (API server with the UI, scheduler, DAG processor,
+  triggerer), the LocalExecutor and a SQLite metadata DB; Airflow's Simple auth manager, whose
+  generated password is printed (nothing is hard-coded in the repository);
+* a live generator writing the landing zone with event time ~ now (``tidemark generate --live``);
+* the pipeline config ``pipelines/live.yaml``, which makes the three Tidemark DAGs appear. The
+  stream supervisor DAG then starts the streaming job with the Spark provider and keeps it alive.
+
+Ctrl-C (or SIGTERM) stops everything it started, the streaming job included.
+Run: ``python -m tidemark_airflow.launcher [--port 8080] [--hosts 1000]`` (``make run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from tidemark.sparkenv import REPO_ROOT
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+class Platform:
+    def __init__(
+        self, root: Path, port: int = 8080, hosts: int = 1000, minutes: int = 240, rate: int = 6
+    ) -> None:
+        self.root = root.resolve()
+        self.port = port
+        self.hosts, self.minutes, self.rate = hosts, minutes, rate
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.bin = Path(sys.executable).parent
+        self.pipelines = self.root / "pipelines"
+        self.config_path = self.pipelines / "live.yaml"
+
+    # -- environment ------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        home = self.root / "airflow"
+        path = os.environ.get("PATH", "")
+        return {
+            **os.environ,
+            "PATH": f"{self.bin}{os.pathsep}{path}",
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(REPO_ROOT / "plugins"), os.environ.get("PYTHONPATH")])
+            ),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "20",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "20",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+            "TIDEMARK_PIPELINES_DIR": str(self.pipelines),
+            "AIRFLOW_CONN_TIDEMARK_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        }
+
+    def write_pipeline(self) -> None:
+        self.pipelines.mkdir(parents=True, exist_ok=True)
+        hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        config = {
+            "pipeline": "live",
+            "source": {"kind": "files", "path": str(self.root / "landing"), "max_files_per_trigger": 4},
+            "warehouse": str(self.root / "warehouse"),
+            "checkpoint": str(self.root / "checkpoints" / "live"),
+            "window": "1m",
+            "watermark": {"precision": 0.999},
+            "trigger_interval": "10s",
+            "spark": {"shuffle_partitions": 2},
+            "airflow": {"reconcile_start": hour.strftime("%Y-%m-%dT%H:%M:%SZ"), "reconcile_grace": "2m"},
+        }
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+    # -- processes --------------------------------------------------------------------------
+    def spawn(self, name: str, args: list[str]) -> None:
+        logs = self.root / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 (closed when the process is stopped)
+        self.processes[name] = subprocess.Popen(
+            args,
+            env=self.env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def start(self, echo=print) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.write_pipeline()
+        echo(f"platform: Airflow home {self.root / 'airflow'}; logs {self.root / 'logs'}")
+        subprocess.run(
+            [str(self.bin / "airflow"), "db", "migrate"],
+            env=self.env(),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        self.spawn(
+            "generator",
+            [
+                str(self.bin / "tidemark"),
+                "generate",
+                "--out",
+                str(self.root / "landing"),
+                "--live",
+                "--hosts",
+                str(self.hosts),
+                "--minutes",
+                str(self.minutes),
+                "--rate",
+                str(self.rate),
+                "--file-span",
+                "10",
+            ],
+        )
+        for component in COMPONENTS:
+            self.spawn(component, [str(self.bin / "airflow"), component])
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{self.port}/api/v2/monitor/health"
+        while time.monotonic() < deadline:
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{name} exited with {proc.returncode}; see {self.root / 'logs' / name}.log"
+                    )
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(2)
+        raise RuntimeError(f"Airflow API server not healthy at {url} after {timeout:.0f}s")
+
+    def credentials(self) -> tuple[str, str]:
+        path = self.root / "airflow" / "passwords.json"
+        deadline = time.monotonic() + 60
+        while not path.is_file() and time.monotonic() < deadline:
+            time.sleep(1)
+        users = json.loads(path.read_text(encoding="utf-8"))
+        return "admin", users["admin"]
+
+    def stop(self, echo=print) -> None:
+        from tidemark.config import load_config
+        from tidemark_airflow.operators import stop_stream
+
+        if self.config_path.is_file():
+            stop_stream(load_config(self.config_path), timeout=20)
+        for proc in reversed(list(self.processes.values())):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        deadline = time.monotonic() + 20
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        echo("platform: stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tidemark-platform", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=str(REPO_ROOT / "var" / "platform"), help="state directory")
+    parser.add_argument("--port", type=int, default=8080, help="Airflow UI/API port on 127.0.0.1")
+    parser.add_argument("--hosts", type=int, default=1000, help="source hosts the live generator simulates")
+    parser.add_argument("--minutes", type=int, default=240, help="how long the live generator runs")
+    args = parser.parse_args(argv)
+    platform = Platform(Path(args.root), args.port, args.hosts, args.minutes)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    try:
+        platform.start()
+        user, password = platform.credentials()
+        print(
+            f"\nTidemark is running: open http://127.0.0.1:{args.port}/  "
+            f"(user {user}, password {password};\n"
+            f"  Airflow's Simple auth manager generated it into "
+            f"{platform.root / 'airflow' / 'passwords.json'}).\n"
+            "  DAGs: tidemark_stream_supervisor__live starts the streaming job within a minute;\n"
+            "  the Tidemark view is under Browse/Plugins -> Tidemark. Ctrl-C stops everything.\n",
+            flush=True,
+        )
+        while all(p.poll() is None for n, p in platform.processes.items() if n != "generator"):
+            time.sleep(2)
+        dead = [n for n, p in platform.processes.items() if n != "generator" and p.poll() is not None]
+        print(f"platform: {', '.join(dead)} exited; see {platform.root / 'logs'}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nplatform: stopping (Ctrl-C)")
+        return 0
+    finally:
+        platform.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
