@@ -1,4 +1,5 @@
-"""spark-submit entrypoint for the streaming job: ``spark-submit stream_job.py --config F [--once]``."""
+"""spark-submit entrypoint for the streaming job:
+``spark-submit stream_job.py --config F [--once] [--reset-checkpoint]`` (the `tidemark stream` flags)."""
 
 import sys
 

@@ -45,9 +45,12 @@ def publish_scenario(
     live: bool = False,
     progress: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    spans: range | None = None,
 ) -> Truth:
     """Publish a scenario's lines in arrival order, keyed by host (malformed lines without a host
-    go unkeyed). ``live`` paces each arrival span to the clock, as the file generator does."""
+    go unkeyed). ``live`` paces each arrival span to the clock, as the file generator does.
+    ``spans`` publishes only those arrival spans (file indexes), so a test can let the rest of
+    the input arrive later; the returned truth still describes the whole scenario."""
     from confluent_kafka import Producer
 
     ensure_topic(bootstrap, topic)
@@ -65,6 +68,8 @@ def publish_scenario(
 
         s = Scenario(**{**asdict(s), "keys": tuple(s.keys), "start_ms": now_ms() // 1000 * 1000})
     for index, end_ms, lines in iter_buckets(s, truth):
+        if spans is not None and index not in spans:
+            continue
         if live and (wait := (end_ms - now_ms()) / 1000) > 0:
             sleep(wait)
         for line in lines:

@@ -24,7 +24,12 @@ Why it is exactly-once:
 
 Deduplication keeps each ``event_id`` for ``dedup_horizon`` of *processing* time (the column it
 watermarks is the batch timestamp, not the event time), so a lagging host's records are never
-expired as late and a retry is caught however old its event time.
+expired as late and a retry is caught however old its event time. Only events go through it:
+heartbeats and bad lines are never duplicates of anything, and would only fill the catalog with
+single-use keys for a whole horizon.
+
+Each commit marker also records the source range its batch covered (``source_progress``), so a
+run started with ``--reset-checkpoint`` (:mod:`tidemark.reset`) resumes exactly there.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tidemark import liveness, tables as T
+from tidemark import liveness
+from tidemark import reset as R
+from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
 from tidemark.config import ConfigError, PipelineConfig
 from tidemark.records import drop_blank_lines, parse_records, read_landing_files, read_upstream_events
@@ -144,28 +151,45 @@ class BatchSummary:
 # --------------------------------------------------------------------------------------------
 
 
-def source_lines(spark: SparkSession, config: PipelineConfig, streaming: bool) -> DataFrame:
-    """A line-oriented source as ``(raw, source, arrival_ms)`` lines."""
+def source_lines(
+    spark: SparkSession, config: PipelineConfig, streaming: bool, resume: R.ResumePoint | None = None
+) -> DataFrame:
+    """A line-oriented source as ``(raw, source, arrival_ms)`` lines.
+
+    After a checkpoint reset (``resume``) Kafka starts at the offsets the committed batches
+    ended at, and lines of files committed batches already read are dropped (a new checkpoint's
+    file source lists every file again)."""
+    from pyspark.sql import functions as F
+
     src = config.source
     if src.kind == "files":
         assert src.path is not None
-        return read_landing_files(spark, src.path, streaming, src.max_files_per_trigger)
+        lines = read_landing_files(spark, src.path, streaming, src.max_files_per_trigger)
+        if resume is not None and resume.files_done:
+            done = spark.createDataFrame([(f,) for f in sorted(resume.files_done)], "source string")
+            lines = lines.join(F.broadcast(done), "source", "left_anti")
+        return lines
     if src.kind == "kafka":
         from tidemark.kafka import read_topic
 
         assert src.bootstrap_servers is not None and src.topic is not None
+        starting = src.starting_offsets
+        if resume is not None and resume.kafka_offsets is not None:
+            starting = resume.kafka_starting_offsets(src.bootstrap_servers, src.topic)
         return read_topic(
             spark,
             src.bootstrap_servers,
             src.topic,
             streaming,
-            src.starting_offsets,
+            starting,
             src.max_offsets_per_trigger,
         )
     raise ConfigError(f"source.kind {src.kind} has no line reader")
 
 
-def parsed_source(spark: SparkSession, config: PipelineConfig, streaming: bool) -> DataFrame:
+def parsed_source(
+    spark: SparkSession, config: PipelineConfig, streaming: bool, resume: R.ResumePoint | None = None
+) -> DataFrame:
     """The source as validated rows (:data:`tidemark.records.PARSED_COLUMNS`), stream or batch.
 
     The stream and the batch recompute both start here, so they see the same rows."""
@@ -175,24 +199,35 @@ def parsed_source(spark: SparkSession, config: PipelineConfig, streaming: bool) 
         return read_upstream_events(
             spark, src.path, streaming, src.watermark_column, src.max_files_per_trigger
         )
-    return parse_records(drop_blank_lines(source_lines(spark, config, streaming)), config.validation)
+    lines = source_lines(spark, config, streaming, resume)
+    return parse_records(drop_blank_lines(lines), config.validation)
 
 
-def build_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
+def is_event_col():
+    """A valid record that is not a heartbeat: the only rows that can be publisher retries."""
     from pyspark.sql import functions as F
 
-    parsed = parsed_source(spark, config, streaming=True).withColumn("ingest_ts", F.current_timestamp())
+    return F.col("reason").isNull() & ~F.coalesce(F.col("heartbeat"), F.lit(False))
+
+
+def build_stream(
+    spark: SparkSession, config: PipelineConfig, resume: R.ResumePoint | None = None
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    parsed = parsed_source(spark, config, streaming=True, resume=resume).withColumn(
+        "ingest_ts", F.current_timestamp()
+    )
     if config.mode == "at_least_once":
         return parsed
-    good = F.col("reason").isNull() & ~F.col("heartbeat")
-    # Bad lines and heartbeats get a key no other line has: they are never deduplicated.
-    dedup_key = F.when(good, F.col("event_id")).otherwise(F.concat(F.lit("\u0000"), F.expr("uuid()")))
-    return (
-        parsed.withColumn("_dedup_key", dedup_key)
+    # Events go through the dedup catalog; heartbeats and bad lines go around it (each would be
+    # a key nothing else ever matches, kept for a whole horizon).
+    events = (
+        parsed.where(is_event_col())
         .withWatermark("ingest_ts", f"{dedup_delay_ms(config.dedup_horizon)} milliseconds")
-        .dropDuplicatesWithinWatermark(["_dedup_key"])
-        .drop("_dedup_key")
+        .dropDuplicatesWithinWatermark(["event_id"])
     )
+    return events.unionByName(parsed.where(~is_event_col()))
 
 
 def dedup_delay_ms(horizon_ms: int) -> int:
@@ -234,10 +269,12 @@ class BatchProcessor:
         config: PipelineConfig,
         identity: T.RunIdentity,
         echo=print,
+        resume: R.ResumePoint | None = None,
     ) -> None:
         self.spark = spark
         self.config = config
         self.identity = identity
+        self.resume = resume
         self.writer = T.TableWriter(config, identity)
         self.echo = echo
         self.hosts = ExpectedHosts(config.watermark.hosts_file)
@@ -283,9 +320,16 @@ class BatchProcessor:
         return self._load_state(marker), False
 
     # -- the batch ---------------------------------------------------------------------------
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def __call__(self, batch: DataFrame, spark_batch_id: int) -> None:
         started = time.monotonic()
         phases = _Phases()
+        # Table batch ids continue across checkpoint resets (the run's batch_offset).
+        batch_id = self.identity.batch_offset + spark_batch_id
+        source = (
+            R.batch_source(self.config, spark_batch_id)
+            if self.config.source.kind in R.RESETTABLE_SOURCES
+            else None
+        )
         state, committed = self.state_before(batch_id)
         phases.lap("load_state")
         if committed:
@@ -295,17 +339,45 @@ class BatchProcessor:
             self._state = None  # reload from Delta for the next batch
             self._report(BatchSummary(batch_id, skipped=True))
             return
-        batch = batch.persist()
+        cached = [batch.persist()]
+        if source is not None and self.resume is not None and self.resume.reseeds(source.batch_ts_ms):
+            cached.append(self._without_pre_reset_retries(cached[0], source.batch_ts_ms).persist())
         try:
-            summary, new_state = self._process(batch, batch_id, state, phases)
+            summary, new_state = self._process(
+                cached[-1], batch_id, state, phases, source.progress if source else None
+            )
         finally:
-            batch.unpersist()
+            for frame in cached:
+                frame.unpersist()
         summary = dataclasses.replace(summary, seconds=time.monotonic() - started, phases=phases.times)
         self._state = new_state
         self._report(summary)
 
+    def _without_pre_reset_retries(self, batch: DataFrame, batch_ts_ms: int) -> DataFrame:
+        """Drop events an earlier run stored less than a dedup horizon before this batch: the
+        catalog lost with the old checkpoint would still have remembered them (a publisher retry
+        of a record committed before the reset must not be stored twice)."""
+        from pyspark.sql import functions as F
+
+        assert self.resume is not None
+        earlier = (
+            T.read_table(self.spark, self.writer.path(T.EVENTS))
+            .where(
+                (F.col("batch_id") < self.resume.before_batch)
+                & (F.unix_millis("ingest_ts") > batch_ts_ms - self.resume.horizon_ms)
+            )
+            .select("event_id")
+        )
+        events = batch.where(is_event_col()).join(earlier, "event_id", "left_anti")
+        return events.unionByName(batch.where(~is_event_col()))
+
     def _process(
-        self, batch: DataFrame, batch_id: int, state: PipelineState, phases: _Phases
+        self,
+        batch: DataFrame,
+        batch_id: int,
+        state: PipelineState,
+        phases: _Phases,
+        source_progress: str | None = None,
     ) -> tuple[BatchSummary, PipelineState]:
         from pyspark.sql import functions as F
 
@@ -457,6 +529,7 @@ class BatchProcessor:
                 "open_version": open_version,
                 "global_lw_ms": global_lw,
                 "stages": server.to_json(),
+                "source_progress": source_progress,
             },
         )
         phases.lap("write_marker")
@@ -560,7 +633,7 @@ class BatchProcessor:
             **extra,
         }
         table = pa.Table.from_pylist([row], schema=MARKER_SCHEMA)
-        self.writer.write_local(table, T.WATERMARKS, s.batch_id)
+        self.writer.write_local(table, T.WATERMARKS, s.batch_id, merge_schema=True)
 
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
@@ -641,6 +714,7 @@ MARKER_SCHEMA = pa.schema(
         ("open_version", pa.int64()),
         ("global_lw_ms", pa.int64()),
         ("stages", pa.string()),
+        ("source_progress", pa.string()),  # where the batch's input ended (tidemark.reset)
         ("committed_at_ms", pa.int64()),
         ("committed_at", _TS),
     ]
@@ -713,12 +787,15 @@ def _sum_partials(current: pd.DataFrame, batch: pd.DataFrame) -> pd.DataFrame:
 
 
 def start_stream(
-    spark: SparkSession, config: PipelineConfig, once: bool, echo=print
+    spark: SparkSession, config: PipelineConfig, once: bool, echo=print, reset: bool = False
 ) -> tuple[StreamingQuery, BatchProcessor]:
-    identity = T.ensure_identity(config)
-    processor = BatchProcessor(spark, config, identity, echo=echo)
+    """Start the query. ``reset`` (``--reset-checkpoint``) replaces a missing or foreign
+    checkpoint with a new run identity that resumes where the committed batches stopped."""
+    identity = R.reset_checkpoint(spark, config, echo) if reset else T.ensure_identity(config)
+    resume = R.resume_point(config, identity)
+    processor = BatchProcessor(spark, config, identity, echo=echo, resume=resume)
     writer = (
-        build_stream(spark, config)
+        build_stream(spark, config, resume)
         .writeStream.queryName(f"tidemark_{config.pipeline}")
         .foreachBatch(processor)
         .option("checkpointLocation", config.checkpoint)
@@ -731,8 +808,10 @@ def start_stream(
     return writer.start(), processor
 
 
-def run_stream(spark: SparkSession, config: PipelineConfig, once: bool, echo=print) -> BatchProcessor:
-    query, processor = start_stream(spark, config, once, echo=echo)
+def run_stream(
+    spark: SparkSession, config: PipelineConfig, once: bool, echo=print, reset: bool = False
+) -> BatchProcessor:
+    query, processor = start_stream(spark, config, once, echo=echo, reset=reset)
     heartbeat = liveness.Heartbeat(config)
     try:
         # A live job rewrites its heartbeat file every few seconds, batch or no batch: the

@@ -62,10 +62,20 @@ class IdentityError(RuntimeError):
 
 @dataclass(frozen=True)
 class RunIdentity:
+    """Who may write a pipeline's tables: one run = one checkpoint = one Delta ``txnAppId``.
+
+    A run started by ``--reset-checkpoint`` continues the tables' batch numbering: its Spark batch
+    ``n`` is table batch ``batch_offset + n``, so ``batch_id`` stays increasing in every table and
+    the first batch of the run builds on the last batch the previous run committed.
+    """
+
     pipeline: str
     run_id: str
     tables_root: str
     created_at: str
+    batch_offset: int = 0
+    previous_run_id: str | None = None
+    reset_at_ms: int | None = None
 
     @property
     def app_id(self) -> str:
@@ -100,41 +110,37 @@ def _tables_have_data(tables_root: Path) -> bool:
     ).is_dir()
 
 
-def ensure_identity(config: PipelineConfig) -> RunIdentity:
-    """Return the run identity shared by checkpoint and tables, creating it on first start.
+RESET_HINT = "or, if it is lost for good, start a new run identity with --reset-checkpoint"
 
-    Raises :class:`IdentityError` with a one-line explanation when they disagree.
+
+def check_identity(config: PipelineConfig) -> RunIdentity | None:
+    """The run identity checkpoint and tables share; None when neither has one yet (first start).
+
+    Raises :class:`IdentityError` with a one-line explanation when they disagree. Writes nothing.
     """
     checkpoint = Path(config.checkpoint)
     tables_root = Path(config.tables_root)
-    ck_file, tb_file = checkpoint / IDENTITY_FILE, tables_root / IDENTITY_FILE
-    ck_id, tb_id = _read_identity(ck_file), _read_identity(tb_file)
+    ck_id = _read_identity(checkpoint / IDENTITY_FILE)
+    tb_id = _read_identity(tables_root / IDENTITY_FILE)
 
     if ck_id is None and _checkpoint_has_progress(checkpoint):
         raise IdentityError(
             f"checkpoint {checkpoint} holds Spark progress but no Tidemark identity: it belongs "
             "to another job; point `checkpoint:` at this pipeline's own directory"
+            + (f", {RESET_HINT}" if tb_id is not None else "")
         )
     if ck_id is None and tb_id is None:
         if _tables_have_data(tables_root):
             raise IdentityError(
                 f"tables under {tables_root} exist without a Tidemark identity; refusing to write into them"
             )
-        identity = RunIdentity(
-            pipeline=config.pipeline,
-            run_id=uuid.uuid4().hex[:12],
-            tables_root=str(tables_root),
-            created_at=format_instant_ms(now_ms()),
-        )
-        _write_identity(tb_file, identity)
-        _write_identity(ck_file, identity)
-        return identity
+        return None
     if ck_id is None:
         assert tb_id is not None
         raise IdentityError(
             f"checkpoint {checkpoint} is missing or empty but the tables under {tables_root} "
             f"were written by run {tb_id.run_id}; restore that checkpoint (starting fresh "
-            "would re-read the source and duplicate or skip writes)"
+            f"would re-read the source and duplicate or skip writes), {RESET_HINT}"
         )
     if tb_id is None:
         raise IdentityError(
@@ -143,12 +149,51 @@ def ensure_identity(config: PipelineConfig) -> RunIdentity:
             "checkpoint directory"
         )
     if ck_id.pipeline != config.pipeline or ck_id.run_id != tb_id.run_id:
+        hint = f", {RESET_HINT}" if ck_id.pipeline == config.pipeline else ""
         raise IdentityError(
             f"checkpoint {checkpoint} belongs to pipeline {ck_id.pipeline!r} run {ck_id.run_id} "
             f"but the tables under {tables_root} belong to pipeline {tb_id.pipeline!r} run "
-            f"{tb_id.run_id}; point `checkpoint:` at this pipeline's own checkpoint"
+            f"{tb_id.run_id}; point `checkpoint:` at this pipeline's own checkpoint{hint}"
         )
     return tb_id
+
+
+def ensure_identity(config: PipelineConfig) -> RunIdentity:
+    """Return the run identity shared by checkpoint and tables, creating it on first start.
+
+    Raises :class:`IdentityError` with a one-line explanation when they disagree.
+    """
+    identity = check_identity(config)
+    if identity is not None:
+        return identity
+    identity = new_identity(config)
+    write_identity(config, identity)
+    return identity
+
+
+def new_identity(config: PipelineConfig, **fields: Any) -> RunIdentity:
+    return RunIdentity(
+        pipeline=config.pipeline,
+        run_id=uuid.uuid4().hex[:12],
+        tables_root=str(Path(config.tables_root)),
+        created_at=format_instant_ms(now_ms()),
+        **fields,
+    )
+
+
+def read_identities(config: PipelineConfig) -> tuple[RunIdentity | None, RunIdentity | None]:
+    """(checkpoint's identity, tables' identity), either None when absent."""
+    return (
+        _read_identity(Path(config.checkpoint) / IDENTITY_FILE),
+        _read_identity(Path(config.tables_root) / IDENTITY_FILE),
+    )
+
+
+def write_identity(config: PipelineConfig, identity: RunIdentity) -> None:
+    """Tables first, checkpoint second: a crash in between leaves a checkpoint without identity,
+    which refuses to start, never a checkpoint that claims tables of another run."""
+    _write_identity(Path(config.tables_root) / IDENTITY_FILE, identity)
+    _write_identity(Path(config.checkpoint) / IDENTITY_FILE, identity)
 
 
 class TableWriter:
@@ -182,8 +227,12 @@ class TableWriter:
         writer.save(self.path(table))
         faults.reached(f"after:{table}", batch_id)
 
-    def write_local(self, data: pa.Table, table: str, batch_id: int, mode: str = "append") -> int:
-        """Idempotent delta-rs write of a driver-side frame; returns the table version after it."""
+    def write_local(
+        self, data: pa.Table, table: str, batch_id: int, mode: str = "append", merge_schema: bool = False
+    ) -> int:
+        """Idempotent delta-rs write of a driver-side frame; returns the table version after it.
+
+        ``merge_schema`` lets an append add columns (tables written before a column existed)."""
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
         faults.reached(f"before:{table}", batch_id)
@@ -198,7 +247,7 @@ class TableWriter:
             path,
             data,
             mode=mode,
-            schema_mode="overwrite" if mode == "overwrite" else None,
+            schema_mode="overwrite" if mode == "overwrite" else ("merge" if merge_schema else None),
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id, batch_id)],
                 custom_metadata={"tidemark_batch": str(batch_id)},

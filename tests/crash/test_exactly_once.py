@@ -22,13 +22,13 @@ from tidemark.reconcile import reconcile
 JOB_TIMEOUT_S = 300
 
 
-def start_job(config_path: Path, kill_at: str | None = None) -> subprocess.Popen:
+def start_job(config_path: Path, kill_at: str | None = None, flags: tuple[str, ...] = ()) -> subprocess.Popen:
     env = {**os.environ, "TIDEMARK_SPARK_LOG_LEVEL": "ERROR"}
     env.pop("TIDEMARK_KILL_AT", None)
     if kill_at:
         env["TIDEMARK_KILL_AT"] = kill_at
     return subprocess.Popen(
-        [sys.executable, "-m", "tidemark.cli", "stream", "--config", str(config_path), "--once"],
+        [sys.executable, "-m", "tidemark.cli", "stream", "--config", str(config_path), "--once", *flags],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
