@@ -223,8 +223,17 @@ def cmd_stream(args) -> int:
     from tidemark.stream import run_stream
 
     config = load_config(args.config)
+    # Refuse a mismatched checkpoint (or a needless reset) before starting a JVM.
+    if args.reset_checkpoint:
+        from tidemark.reset import check_reset
+
+        check_reset(config)
+    else:
+        from tidemark.tables import check_identity
+
+        check_identity(config)
     spark = _session(config, "stream")
-    processor = run_stream(spark, config, once=args.once, echo=_echo)
+    processor = run_stream(spark, config, once=args.once, echo=_echo, reset=args.reset_checkpoint)
     done = [s for s in processor.summaries if not s.skipped]
     _echo(f"[{config.pipeline}] stopped after {len(done)} batches, {sum(s.events for s in done):,} events")
     return 0
@@ -294,6 +303,69 @@ def cmd_watermark(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# validate / report (data quality: tidemark.quality, tidemark.report)
+# ---------------------------------------------------------------------------------------------
+
+EXIT_QUALITY = 5
+
+
+def _threshold(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    try:
+        if not sep or not name.strip():
+            raise ValueError
+        return name.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {text!r}") from None
+
+
+def cmd_validate(args) -> int:
+    from tidemark.quality import validate_pipeline
+
+    config = load_config(args.config)
+    spark = _session(config, "validate") if args.spark else None
+    outcome = validate_pipeline(
+        config,
+        args.start,
+        args.end,
+        spark=spark,
+        thresholds=dict(args.threshold or []),
+        quality_dir=args.quality_dir,
+        build_docs=not args.no_docs,
+    )
+    _echo(outcome.to_json() if args.json else outcome.text())
+    if not outcome.success:
+        print(
+            f"tidemark: {len(outcome.failing)} expectation(s) failing: {', '.join(outcome.failing)}",
+            file=sys.stderr,
+        )
+        return EXIT_QUALITY
+    return 0
+
+
+def cmd_report(args) -> int:
+    from tidemark.quality import data_docs_index, validate_pipeline
+    from tidemark.report import write_report
+
+    config = load_config(args.config)
+    outcome, docs = None, data_docs_index(config, args.quality_dir)
+    if args.validate:
+        outcome = validate_pipeline(config, args.start, args.end, quality_dir=args.quality_dir)
+    path = write_report(
+        config,
+        args.out,
+        args.start,
+        args.end,
+        outcome=outcome,
+        docs_index=docs if docs.is_file() else None,
+    )
+    _echo(f"[{config.pipeline}] reconciliation report: {path}")
+    if docs.is_file():
+        _echo(f"[{config.pipeline}] data docs: {docs}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # demo
 # ---------------------------------------------------------------------------------------------
 
@@ -352,6 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="process everything available now, then stop (Spark's availableNow trigger); "
         "without it the job runs until stopped",
     )
+    st.add_argument(
+        "--reset-checkpoint",
+        action="store_true",
+        help="the checkpoint is lost or foreign: move it aside and start a new run identity that "
+        "resumes where the committed batches stopped (refused when the checkpoint is fine)",
+    )
     st.set_defaults(func=cmd_stream)
 
     rc = sub.add_parser(
@@ -404,6 +482,55 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"exit with code {EXIT_STALLED} when the watermark is STALLED",
     )
     wm.set_defaults(func=cmd_watermark)
+
+    va = sub.add_parser(
+        "validate",
+        help="run the Great Expectations suites (expectations/) over a pipeline's tables",
+        description="Validate raw events, micro-batches, windows, reconciliation and the watermark "
+        "with the suites in expectations/, store the results and rebuild the Data Docs. Exit "
+        f"{EXIT_QUALITY} naming the failing expectations when a suite fails. Without --spark it "
+        "reads the tables with delta-rs and starts no JVM.",
+    )
+    va.add_argument("--config", required=True, help="pipeline YAML file")
+    va.add_argument("--start", type=_instant, help="range start (event time), ISO-8601 or epoch ms")
+    va.add_argument("--end", type=_instant, help="range end, exclusive (default: everything)")
+    va.add_argument("--json", action="store_true", help="print the outcome as JSON for machines")
+    va.add_argument(
+        "--spark", action="store_true", help="validate the events table with Spark (large ranges)"
+    )
+    va.add_argument(
+        "--threshold",
+        type=_threshold,
+        action="append",
+        metavar="NAME=VALUE",
+        help="override a suite parameter, e.g. max_late_share=0.02 (repeatable)",
+    )
+    va.add_argument(
+        "--quality-dir",
+        help="GX context and Data Docs directory (default <warehouse>/<pipeline>/_quality)",
+    )
+    va.add_argument("--no-docs", action="store_true", help="do not rebuild the Data Docs")
+    va.set_defaults(func=cmd_validate)
+
+    rp = sub.add_parser(
+        "report",
+        help="write the self-contained HTML reconciliation report of a pipeline",
+        description="Plot alignment per window against the target, stream vs batch and late "
+        "events per window, the watermark lag with stalls shaded, and list the worst windows "
+        "with their late records by host. Reads the tables with delta-rs (no JVM).",
+    )
+    rp.add_argument("--config", required=True, help="pipeline YAML file")
+    rp.add_argument("--out", required=True, help="HTML file to write")
+    rp.add_argument("--start", type=_instant, help="first window start, ISO-8601 or epoch ms")
+    rp.add_argument("--end", type=_instant, help="range end, exclusive (default: every window)")
+    rp.add_argument(
+        "--validate", action="store_true", help="run the suites first and summarise them in the report"
+    )
+    rp.add_argument(
+        "--quality-dir",
+        help="GX context and Data Docs directory (default <warehouse>/<pipeline>/_quality)",
+    )
+    rp.set_defaults(func=cmd_report)
 
     demo = sub.add_parser(
         "demo",

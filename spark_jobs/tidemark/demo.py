@@ -86,7 +86,25 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     echo("")
     echo(f"watermark status now (`tidemark watermark --config {config_path}`, no Spark):")
     echo("  " + read_status(config).text(limit=5).replace("\n", "\n  "))
+    quality_ok = _quality_and_report(config, config_path, scenario, spark, workdir, echo)
     echo(f"config {config_path}; done in {humanize_ms(int((time.monotonic() - started) * 1000))}")
     spark.stop()
-    ok = totals["unexplained"] == 0 and stream_total == truth.unique_events
+    ok = totals["unexplained"] == 0 and stream_total == truth.unique_events and quality_ok
     return 0 if ok else 1
+
+
+def _quality_and_report(config, config_path: Path, scenario: Scenario, spark, workdir: Path, echo) -> bool:
+    """Run the Great Expectations suites, write the reconciliation report, say where both are."""
+    from tidemark.quality import validate_pipeline
+    from tidemark.report import write_report
+
+    echo("")
+    echo(f"data quality (`tidemark validate --config {config_path}`; suites in expectations/):")
+    outcome = validate_pipeline(config, scenario.start_ms, scenario.end_ms, spark=spark)
+    echo("  " + outcome.text().replace("\n", "\n  "))
+    report = write_report(config, workdir / "report.html", outcome=outcome, docs_index=outcome.docs_index)
+    echo("")
+    echo(f"reconciliation report: {report}")
+    echo(f"data docs:             {outcome.docs_index}")
+    echo(f"validation history:    {outcome.docs_history} (works offline)")
+    return outcome.success
