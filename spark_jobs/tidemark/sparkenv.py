@@ -84,7 +84,9 @@ def build_session(
     """Create (or reuse) the SparkSession with Delta and the Kafka connector on the classpath.
 
     ``master`` defaults to ``$TIDEMARK_SPARK_MASTER`` or ``local[2]``. When the job is launched by
-    spark-submit, the master and jars given there win (the builder only fills what is unset).
+    spark-submit, the master, jars and ``--py-files`` given there win (the builder only fills what
+    is unset). On a cluster master otherwise, the executors get this code as a zip
+    (:func:`tidemark.packaging.code_archive`), never whatever is importable on the workers.
     """
     from pyspark.sql import SparkSession
 
@@ -100,8 +102,17 @@ def build_session(
             continue
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    if ships_code(conf["spark.master"]):
+        from tidemark.packaging import code_archive
+
+        session.sparkContext.addPyFile(str(code_archive()))
     session.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def ships_code(master: str) -> bool:
+    """True when the session must ship the code archive itself (a cluster, not via spark-submit)."""
+    return not master.startswith("local") and not _launched_by_spark_submit()
 
 
 def _launched_by_spark_submit() -> bool:

@@ -1,0 +1,47 @@
+# syntax=docker/dockerfile:1
+# Airflow 3.3 with Java 17, Tidemark's pinned requirements (pyspark 4.1.3, delta-spark, the Spark
+# provider) and the project installed, plus the Delta/Kafka jars baked in, so a task can
+# spark-submit to the cluster without touching the network.
+#
+#   docker compose -f docker/docker-compose.yml build    (context: the repository root)
+
+# --- the JVM jars, fetched once from Maven Central with the same pom as scripts/setup.sh -------
+FROM maven:3.9.9-eclipse-temurin-17 AS jars
+WORKDIR /build
+COPY scripts/jars/pom.xml pom.xml
+RUN mvn -q -B -f pom.xml \
+      org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+      -DoutputDirectory=/build/jars
+
+# --- the Airflow image ---------------------------------------------------------------------------
+FROM apache/airflow:3.3.2-python3.11
+
+USER 0
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Debian's JRE 17 takes security updates from the base image's release, so it is not pinned.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+ && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /opt/tidemark/var /opt/tidemark/pipelines \
+ && chown -R airflow:0 /opt/tidemark
+ENV JAVA_HOME=/usr/lib/jvm/java-17
+
+USER 50000
+WORKDIR /opt/tidemark
+COPY --chown=airflow:0 requirements.txt pyproject.toml README.md ./
+# Installing apache-airflow at the base image's version with the rest keeps pip from moving it.
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r requirements.txt
+COPY --chown=airflow:0 spark_jobs ./spark_jobs
+RUN pip install --no-cache-dir --no-deps . \
+ && pip check
+COPY --from=jars --chown=airflow:0 /build/jars /opt/tidemark/jars
+
+ENV TIDEMARK_HOME=/opt/tidemark \
+    TIDEMARK_JARS_DIR=/opt/tidemark/jars \
+    TIDEMARK_DIST_DIR=/opt/tidemark/var/dist \
+    TIDEMARK_PIPELINES_DIR=/opt/tidemark/pipelines \
+    PYSPARK_PYTHON=python3
+WORKDIR /opt/airflow

@@ -1,0 +1,178 @@
+"""Ship Tidemark's code to Spark executors, and the spark-submit line for a cluster.
+
+On a cluster the executors must run the driver's copy of ``tidemark``, not whatever happens to be
+importable on the worker machines. :func:`code_archive` zips ``spark_jobs/tidemark`` (``.py``
+files only, fixed timestamps, so the same code gives the same bytes) into
+``<dist>/tidemark-<version>-<sha12>.zip``; the content hash in the name means an executor never
+reuses a stale copy. It goes to the executors through ``--py-files`` (spark-submit) or
+``SparkContext.addPyFile`` (:func:`tidemark.sparkenv.build_session` on a non-local master).
+
+``python -m tidemark.packaging archive`` prints the archive's path;
+``python -m tidemark.packaging submit JOB.py --master URL [-- job args]`` runs spark-submit with
+the cached jars (``--jars``) and the archive (``--py-files``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Sequence
+from importlib.util import find_spec
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parents[1]
+ENTRYPOINTS_DIR = REPO_ROOT / "spark_jobs" / "entrypoints"
+_ZIP_TIME = (2000, 1, 1, 0, 0, 0)
+
+
+def dist_dir() -> Path:
+    return Path(os.environ.get("TIDEMARK_DIST_DIR", REPO_ROOT / "var" / "dist"))
+
+
+def _archive_bytes() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for file in sorted(PACKAGE_DIR.rglob("*.py")):
+            if "__pycache__" in file.parts:
+                continue
+            info = zipfile.ZipInfo(f"tidemark/{file.relative_to(PACKAGE_DIR).as_posix()}", _ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, file.read_bytes())
+    return buffer.getvalue()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidemark")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0"
+
+
+def code_archive(out_dir: Path | None = None) -> Path:
+    """The zip of the current ``tidemark`` sources, written once per content hash."""
+    data = _archive_bytes()
+    folder = out_dir or dist_dir()
+    target = folder / f"tidemark-{_version()}-{hashlib.sha256(data).hexdigest()[:12]}.zip"
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        partial.write_bytes(data)
+        partial.replace(target)  # atomic: a concurrent job never ships half a zip
+    return target
+
+
+def spark_home() -> Path:
+    """pyspark's own distribution (bin/spark-submit, bin/spark-class, jars/)."""
+    spec = find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        from tidemark.sparkenv import SetupError
+
+        raise SetupError("pyspark is not installed in this Python: run scripts/setup.sh")
+    return Path(os.environ.get("SPARK_HOME") or Path(spec.origin).parent)
+
+
+def spark_submit_command(
+    job: str | os.PathLike[str],
+    job_args: Sequence[str] = (),
+    *,
+    master: str,
+    archive: Path | None = None,
+    conf: dict[str, str] | None = None,
+) -> list[str]:
+    """``spark-submit`` for ``job`` (a path, or a name under spark_jobs/entrypoints).
+
+    Client deploy mode: the driver runs here (Python applications cannot use cluster mode on a
+    standalone master); the executors get the jars from the cache and the code archive.
+    """
+    from tidemark.sparkenv import cached_jars
+
+    script = Path(job)
+    if not script.is_file() and (ENTRYPOINTS_DIR / script.name).is_file():
+        script = ENTRYPOINTS_DIR / script.name
+    if not script.is_file():
+        raise FileNotFoundError(f"spark job {job}: no such file (nor in {ENTRYPOINTS_DIR})")
+    command = [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master",
+        master,
+        "--deploy-mode",
+        "client",
+        "--jars",
+        ",".join(str(j) for j in cached_jars()),
+        "--py-files",
+        str(archive or code_archive()),
+    ]
+    for key, value in (conf or {}).items():
+        command += ["--conf", f"{key}={value}"]
+    return [*command, str(script), *job_args]
+
+
+def submit_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for spark-submit: driver and executors run this Python unless told otherwise."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
+    return env
+
+
+def _parse_conf(pairs: Sequence[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"--conf wants KEY=VALUE, got {pair!r}")
+        conf[key] = value
+    return conf
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tidemark.packaging",
+        description="Build the code archive executors run, or spark-submit a job with it.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("archive", help="build (if needed) and print the code archive's path")
+    submit = sub.add_parser(
+        "submit",
+        help="spark-submit a job with the cached jars and the code archive",
+        description="Arguments after `--` go to the job. Example: "
+        "submit stream_job.py --master spark://127.0.0.1:7077 -- --config F --once",
+    )
+    submit.add_argument("job", help="script, or a name in spark_jobs/entrypoints (stream_job.py, ...)")
+    submit.add_argument(
+        "--master",
+        default=os.environ.get("TIDEMARK_SPARK_MASTER", "spark://127.0.0.1:7077"),
+        help="cluster URL (default $TIDEMARK_SPARK_MASTER or %(default)s)",
+    )
+    submit.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra spark conf")
+    submit.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, job_args = parser.parse_args(argv[:split]), argv[split + 1 :]
+    from tidemark.sparkenv import SetupError
+
+    try:
+        if args.command == "archive":
+            print(code_archive())
+            return 0
+        command = spark_submit_command(args.job, job_args, master=args.master, conf=_parse_conf(args.conf))
+    except (SetupError, FileNotFoundError, argparse.ArgumentTypeError) as exc:
+        print(f"tidemark: error: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(" ".join(command))
+        return 0
+    return subprocess.call(command, env=submit_env())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
