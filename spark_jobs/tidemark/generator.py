@@ -9,8 +9,10 @@ files. Faults:
 * lagging hosts: ``lag_share`` of the hosts (chosen by the seed) stop delivering at minute
   ``lag_start_minute`` for ``lag_minutes`` (a collector outage); the records they wrote meanwhile
   land together when it ends, still in order, and the hosts are live again after;
-* publisher retries: ``duplicate_rate`` of the records get a second copy (same ``event_id``,
-  same content) that lands 30 s to 5 min after the original, usually in a later file;
+* publisher retries: ``duplicate_rate`` of the records get retry copies (same ``event_id``, same
+  content): one, or with ``max_retry_copies`` up to that many (uniformly), each landing 30 s to
+  5 min after the copy before it, usually in a later file (3 copies of one record can be ~10 min
+  apart);
 * malformed lines: ``malformed_rate`` of the records are followed by a bad line of one of
   several kinds (invalid JSON, truncated, missing field, wrong type).
 
@@ -51,6 +53,7 @@ class Scenario:
     lag_minutes: float = 5.0
     lag_start_minute: float = 2.0
     duplicate_rate: float = 0.01
+    max_retry_copies: int = 1  # retry copies of a retried record: 1..this many
     malformed_rate: float = 0.0001
     seed: int = 42
     start_ms: int = field(default_factory=lambda: parse_instant_ms(DEFAULT_START))
@@ -66,6 +69,7 @@ class Scenario:
             "lag_minutes": self.lag_minutes >= 0,
             "lag_start_minute": self.lag_start_minute >= 0,
             "duplicate_rate": 0 <= self.duplicate_rate <= 1,
+            "max_retry_copies": self.max_retry_copies >= 1,
             "malformed_rate": 0 <= self.malformed_rate <= 1,
             "file_span_s": self.file_span_s >= 1,
             "keys": len(self.keys) >= 1,
@@ -157,8 +161,14 @@ def iter_buckets(s: Scenario, truth: Truth | None = None) -> Iterator[Bucket]:
                 put(arrival, line)
                 truth.unique_events += 1
                 if rng.random() < s.duplicate_rate:
-                    put(arrival + rng.randint(MIN_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS), line)
-                    truth.duplicate_copies += 1
+                    # One random draw more only when several copies are possible: scenarios with
+                    # one copy stay byte-identical to what they always were.
+                    copies = 1 if s.max_retry_copies == 1 else rng.randint(1, s.max_retry_copies)
+                    retry_at = arrival
+                    for _ in range(copies):
+                        retry_at += rng.randint(MIN_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS)
+                        put(retry_at, line)
+                    truth.duplicate_copies += copies
                 if rng.random() < s.malformed_rate:
                     put(arrival, _malformed(truth.malformed_lines, rng, host, et))
                     truth.malformed_lines += 1
@@ -207,7 +217,10 @@ def generate_files(
     # Modification times one second apart, ending now: Spark reads files oldest first.
     total = (
         s.minutes * 60 // s.file_span_s
-        + int((s.lag_minutes * MS_PER_MINUTE + MAX_RETRY_DELAY_MS) // (s.file_span_s * 1000))
+        + int(
+            (s.lag_minutes * MS_PER_MINUTE + s.max_retry_copies * MAX_RETRY_DELAY_MS)
+            // (s.file_span_s * 1000)
+        )
         + 2
     )
     base = time.time() - total - 1

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections import Counter
+from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -24,7 +26,7 @@ from tidemark.tables import IdentityError, ensure_identity
 def streamed(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("stream")
     config = write_config(root)
-    scenario = small_scenario()
+    scenario = small_scenario(max_retry_copies=2)  # a retried record is published 2 or 3 times
     truth = generate_files(scenario, config.source.path)
     processor = run_stream(spark, config, once=True, echo=lambda m: None)
     return config, scenario, truth, processor
@@ -46,6 +48,36 @@ def test_every_unique_record_is_stored_once_and_retries_are_dropped(spark, strea
     assert truth.duplicate_copies > 0
     assert events.count() == len(oracle) == truth.unique_events
     assert events.select("event_id").distinct().count() == events.count()
+
+
+def test_a_record_published_three_times_minutes_apart_in_three_batches_is_stored_once(spark, streamed):
+    config, scenario, _truth, _ = streamed
+    # Which batch read each file, as Spark's checkpoint log says (recorded in every commit marker).
+    batch_of: dict[str, int] = {}
+    for row in _table(spark, config, "watermarks").select("batch_id", "source_progress").collect():
+        for file in json.loads(row["source_progress"])["files"]:
+            batch_of[Path(file).name] = row["batch_id"]
+    copies: dict[str, list[str]] = defaultdict(list)  # a good record's line -> files it landed in
+    for file in sorted(Path(config.source.path).glob("part-*.jsonl")):
+        for line in file.read_text(encoding="utf-8").splitlines():
+            if line.startswith('{"event_id":"') and '"event_time":' in line:
+                copies[line].append(file.name)
+    thrice = {json.loads(line)["event_id"]: files for line, files in copies.items() if len(files) == 3}
+    span_s = scenario.file_span_s
+
+    def minutes_apart(files: list[str]) -> bool:  # first to last copy, by their arrival files
+        first, last = (int(f.removeprefix("part-").removesuffix(".jsonl")) for f in (files[0], files[-1]))
+        return (last - first - 1) * span_s >= 60
+
+    spread = [
+        e for e, files in thrice.items() if len({batch_of[f] for f in files}) == 3 and minutes_apart(files)
+    ]
+    assert len(spread) >= 5, f"only {len(spread)} records have 3 copies minutes apart in 3 batches"
+    stored = Counter(
+        r["event_id"]
+        for r in _table(spark, config, "events").where(F.col("event_id").isin(list(thrice))).collect()
+    )
+    assert stored == Counter(dict.fromkeys(thrice, 1)), "a record published 3 times was not stored once"
 
 
 def test_malformed_lines_are_quarantined_with_reason_and_batch(spark, streamed):
