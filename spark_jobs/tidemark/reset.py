@@ -21,8 +21,10 @@ neither skipped nor repeated:
   from the last committed marker, as after any restart.
 * **The dedup catalog** (Spark state in the lost checkpoint) is re-seeded from the ``events``
   table: for one ``dedup_horizon`` after the reset a batch also drops events whose ``event_id`` an
-  earlier run stored less than a horizon before the batch's timestamp, which is exactly what the
-  lost catalog would still have remembered.
+  earlier run stored less than a horizon before the batch's timestamp: what the lost catalog
+  would still have remembered (to within one trigger interval at the horizon's edge, since Spark
+  evicts on the previous batch's timestamp). ``at_least_once`` runs keep no catalog, so nothing
+  is re-seeded for them.
 
 The checkpoint is a local (or mounted) directory, as for the run identity.
 """

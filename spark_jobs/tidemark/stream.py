@@ -340,7 +340,12 @@ class BatchProcessor:
             self._report(BatchSummary(batch_id, skipped=True))
             return
         cached = [batch.persist()]
-        if source is not None and self.resume is not None and self.resume.reseeds(source.batch_ts_ms):
+        if (
+            self.config.mode == "exactly_once"  # at_least_once keeps no dedup catalog to re-seed
+            and source is not None
+            and self.resume is not None
+            and self.resume.reseeds(source.batch_ts_ms)
+        ):
             cached.append(self._without_pre_reset_retries(cached[0], source.batch_ts_ms).persist())
         try:
             summary, new_state = self._process(

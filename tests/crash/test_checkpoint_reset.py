@@ -6,7 +6,6 @@ as the independent oracle says: nothing skipped, nothing repeated, 0 unexplained
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -77,22 +76,22 @@ def test_lost_checkpoint_reset_resumes_the_files_exactly_even_when_killed_in_its
     config = write_config(tmp_path, name="rst", source={"max_files_per_trigger": FILES_PER_BATCH})
     config_path = tmp_path / "rst.yaml"
     scenario = small_scenario(minutes=4, seed=41)
-    staging = tmp_path / "staging"
-    truth = generate_files(scenario, staging)
-    landing = Path(config.source.path)
-    landing.mkdir(parents=True)
-    files = sorted(staging.glob("part-*.jsonl"))
+    truth = generate_files(scenario, config.source.path)
+    files = sorted(Path(config.source.path).glob("part-*.jsonl"))
     before, after = files[:PRE_RESET_SPANS], files[PRE_RESET_SPANS:]
     assert _retries_of_committed(before, after) > 0, "the scenario must retry committed records"
-    for f in before:  # rename keeps the modification time, the records' arrival time
-        os.rename(f, landing / f.name)
-    run_stream(spark, config, once=True, echo=lambda m: None)
+    # The old run commits the first spans, then dies inside the next batch right after its events
+    # commit: those rows are in `events` without a commit marker when the checkpoint is lost.
+    crashed = PRE_RESET_SPANS // FILES_PER_BATCH
+    code, out = finish(start_job(config_path, kill_at=f"after:events@{crashed}"))
+    assert code == -signal.SIGKILL, f"the old run did not reach its kill point:\n{out[-3000:]}"
     old_run = read_identities(config)[1].run_id
     last_before = _markers(config).iloc[-1]
+    assert last_before["batch_id"] == crashed - 1
+    uncommitted = read_local(config.table_path("events")).query(f"batch_id == {crashed}")
+    assert len(uncommitted) > 0
 
     shutil.rmtree(config.checkpoint)
-    for f in after:
-        os.rename(f, landing / f.name)
     assert re.fullmatch(
         r"tidemark: error: checkpoint \S+ is missing or empty but the tables under \S+ were written "
         rf"by run {old_run}; restore that checkpoint .*, or, if it is lost for good, start a new run "
@@ -100,12 +99,15 @@ def test_lost_checkpoint_reset_resumes_the_files_exactly_even_when_killed_in_its
         _refusal(config_path, capsys),
     )
 
-    # The new checkpoint lists the committed files again (their lines are dropped: 2 empty
-    # batches); kill the first batch that has data, right after its events commit.
+    # The reset deletes the crashed batch's rows (its files are read again). The new checkpoint
+    # lists the committed files again (their lines are dropped: 2 empty batches); kill the first
+    # batch that has data, right after its events commit.
     kill_at = f"after:events@{last_before['batch_id'] + 1 + PRE_RESET_SPANS // FILES_PER_BATCH}"
     code, out = finish(start_job(config_path, kill_at=kill_at, flags=("--reset-checkpoint",)))
     assert code == -signal.SIGKILL, f"kill point {kill_at} was not reached:\n{out[-3000:]}"
     assert "checkpoint reset: run" in out
+    events = read_local(config.table_path("events"))
+    assert set(events["batch_id"]) == {*range(crashed), last_before["batch_id"] + 1 + crashed}
     run_stream(spark, config, once=True, echo=lambda m: None)  # plain restart, no flag
 
     assert_exactly_once(spark, config, truth)
