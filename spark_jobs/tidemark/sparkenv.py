@@ -85,8 +85,9 @@ def build_session(
 
     ``master`` defaults to ``$TIDEMARK_SPARK_MASTER`` or ``local[2]``. When the job is launched by
     spark-submit, the master, jars and ``--py-files`` given there win (the builder only fills what
-    is unset). On a cluster master otherwise, the executors get this code as a zip
-    (:func:`tidemark.packaging.code_archive`), never whatever is importable on the workers.
+    is unset). On a cluster master the executors get this code as a zip
+    (:func:`tidemark.packaging.code_archive`) unless spark-submit already shipped one, never
+    whatever is importable on the workers.
     """
     from pyspark.sql import SparkSession
 
@@ -102,17 +103,26 @@ def build_session(
             continue
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    if ships_code(conf["spark.master"]):
+    context = session.sparkContext
+    if ships_code(context.master, context.getConf().get("spark.submit.pyFiles", "")):
         from tidemark.packaging import code_archive
 
-        session.sparkContext.addPyFile(str(code_archive()))
+        context.addPyFile(str(code_archive()))
     session.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
     return session
 
 
-def ships_code(master: str) -> bool:
-    """True when the session must ship the code archive itself (a cluster, not via spark-submit)."""
-    return not master.startswith("local") and not _launched_by_spark_submit()
+def ships_code(master: str, py_files: str = "") -> bool:
+    """True when the session must ship the code archive itself: a cluster master, and no Tidemark
+    archive among the files spark-submit already shipped (``--py-files``, ``spark.submit.pyFiles``).
+
+    Whoever launched the job (spark-submit by hand, Airflow's Spark provider, plain ``python``),
+    the executors then run the driver's code, never a copy that happens to be on the workers.
+    """
+    if master.startswith("local"):
+        return False
+    shipped = (Path(f).name for f in py_files.split(",") if f)
+    return not any(name.startswith("tidemark-") and name.endswith((".zip", ".whl")) for name in shipped)
 
 
 def _launched_by_spark_submit() -> bool:

@@ -1,0 +1,66 @@
+"""tidemark.packaging and sparkenv.ships_code: what reaches a cluster's executors, without a JVM."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tidemark import packaging
+from tidemark.sparkenv import ships_code
+
+
+@pytest.mark.parametrize(
+    ("master", "py_files", "ships"),
+    [
+        ("local[2]", "", False),
+        ("local[*]", "", False),
+        ("spark://127.0.0.1:7077", "", True),  # plain python, or a launcher that shipped nothing
+        ("spark://127.0.0.1:7077", "file:/tmp/other-1.0.zip", True),
+        ("spark://127.0.0.1:7077", "file:/opt/dist/tidemark-0.1.0-0123456789ab.zip", False),
+        ("spark://h:7077", "/a/deps.zip,/opt/dist/tidemark-0.1.0-py3-none-any.whl", False),
+        ("yarn", "", True),
+    ],
+)
+def test_session_ships_the_archive_only_to_a_cluster_that_did_not_get_one(master, py_files, ships):
+    assert ships_code(master, py_files) is ships
+
+
+def test_code_archive_holds_every_module_and_is_named_by_its_content(tmp_path):
+    first = packaging.code_archive(tmp_path / "a")
+    second = packaging.code_archive(tmp_path / "b")
+    assert first.name == second.name and first.read_bytes() == second.read_bytes()  # reproducible
+    assert first.name.startswith("tidemark-") and first.suffix == ".zip"
+    with zipfile.ZipFile(first) as zf:
+        names = set(zf.namelist())
+    sources = {
+        f"tidemark/{p.relative_to(packaging.PACKAGE_DIR).as_posix()}"
+        for p in packaging.PACKAGE_DIR.rglob("*.py")
+    }
+    assert names == {n for n in sources if "__pycache__" not in n}
+    assert "tidemark/stream.py" in names and not any(n.endswith(".pyc") for n in names)
+
+
+def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path):
+    archive = packaging.code_archive(tmp_path)
+    command = packaging.spark_submit_command(
+        "stream_job.py",
+        ["--config", "c.yaml"],
+        master="spark://127.0.0.1:7077",
+        archive=archive,
+        conf={"spark.executor.memory": "1g"},
+    )
+    assert Path(command[0]).name == "spark-submit"
+    assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"
+    assert command[command.index("--deploy-mode") + 1] == "client"
+    assert command[command.index("--py-files") + 1] == str(archive)
+    jars = command[command.index("--jars") + 1].split(",")
+    assert any(Path(j).name.startswith("delta-spark_") for j in jars)
+    assert command[command.index("--conf") + 1] == "spark.executor.memory=1g"
+    assert command[-3:] == [str(packaging.ENTRYPOINTS_DIR / "stream_job.py"), "--config", "c.yaml"]
+
+
+def test_submit_refuses_an_unknown_job_with_one_line(capsys):
+    assert packaging.main(["submit", "no_such_job.py", "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith("tidemark: error: spark job no_such_job.py: no such file")
