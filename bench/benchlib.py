@@ -1,0 +1,186 @@
+"""Shared pieces of the comparative benchmarks: the machine line, markdown tables, pipeline
+configs, and the plain Spark baseline (the job users would write without Tidemark).
+
+The baseline is Spark Structured Streaming as documented: the same landing files read as text,
+``from_json`` with a fixed schema, ``withWatermark(event_time, "2 minutes")`` (the heuristic
+watermark: newest event time seen minus an allowed delay), a tumbling 1-minute windowed count
+per key, appended to a Delta table. No validation, no deduplication, no late-record table: a
+record older than the watermark is dropped silently (Spark counts it in the progress metric
+``numRowsDroppedByWatermark``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from tidemark.config import PipelineConfig, load_config
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WORKDIR = ROOT / "var" / "bench"
+BASELINE_SCHEMA = "event_id string, host string, event_time long, key string, value double, heartbeat boolean"
+
+
+def machine_line() -> str:
+    """Date, cores, RAM and load: what a reader needs to weigh absolute numbers."""
+    mem_kb = 0
+    with open("/proc/meminfo", encoding="ascii") as info:
+        for line in info:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{now}; nproc {os.cpu_count()}; RAM {mem_kb / 1024**2:.1f} GiB; load average {load}; "
+        f"Python {platform.python_version()}"
+    )
+
+
+def load_line() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str = "") -> str:
+    """A markdown table; ``align`` is one letter per column (l or r, default r after the first)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    marks = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(marks) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def pipeline_config(
+    root: Path, name: str, landing: Path, files_per_trigger: int, **overrides
+) -> PipelineConfig:
+    """A files pipeline under ``root`` (its own warehouse and checkpoint), local[2]."""
+    data: dict = {
+        "pipeline": name,
+        "source": {"kind": "files", "path": str(landing), "max_files_per_trigger": files_per_trigger},
+        "warehouse": str(root / "warehouse"),
+        "checkpoint": str(root / "checkpoints" / name),
+        "window": "1m",
+        "watermark": {"precision": 0.999},
+        "dedup_horizon": "24h",
+        "spark": {"shuffle_partitions": 2},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return load_config(path)
+
+
+def session() -> SparkSession:
+    from tidemark.sparkenv import build_session
+
+    return build_session(app_name="tidemark-bench", shuffle_partitions=2)
+
+
+def baseline_events(spark: SparkSession, landing: Path, files_per_trigger: int) -> DataFrame:
+    """The landing files as the baseline parses them: events only, event time as a timestamp."""
+    from pyspark.sql import functions as F
+
+    lines = spark.readStream.format("text").option("maxFilesPerTrigger", files_per_trigger).load(str(landing))
+    rec = F.from_json(F.col("value"), BASELINE_SCHEMA)
+    return (
+        lines.select(rec.alias("r"))
+        .select("r.*")
+        .where(F.col("event_id").isNotNull() & F.col("event_time").isNotNull())
+        .where(~F.coalesce(F.col("heartbeat"), F.lit(False)))
+        .withColumn("ts", F.timestamp_millis("event_time"))
+    )
+
+
+def run_baseline(
+    spark: SparkSession,
+    landing: Path,
+    out: Path,
+    files_per_trigger: int,
+    delay: str = "2 minutes",
+) -> tuple[float, list[dict]]:
+    """Run the plain Spark job over every file once (availableNow); return (wall s, progress).
+
+    Spark's own default, ``noDataMicroBatches.enabled=true``, is used for this query so the
+    heuristic watermark can close windows after the last data batch, as it would in production
+    (Tidemark's sessions turn it off; it is restored afterwards).
+    """
+    from pyspark.sql import functions as F
+
+    key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "true")
+    try:
+        counts = (
+            baseline_events(spark, landing, files_per_trigger)
+            .withWatermark("ts", delay)
+            .groupBy(F.window("ts", "1 minute"), "key")
+            .count()
+            .select(
+                F.unix_millis("window.start").alias("window_start_ms"),
+                "key",
+                F.col("count").alias("events"),
+                F.current_timestamp().alias("committed_at"),
+            )
+        )
+        started = time.monotonic()
+        query = (
+            counts.writeStream.format("delta")
+            .outputMode("append")
+            .option("checkpointLocation", str(out / "_checkpoint"))
+            .trigger(availableNow=True)
+            .start(str(out / "windows"))
+        )
+        query.awaitTermination()
+        wall = time.monotonic() - started
+        progress = [json_progress(p) for p in query.recentProgress]
+    finally:
+        spark.conf.set(key, before)
+    return wall, progress
+
+
+def json_progress(p) -> dict:
+    """A progress update as plain JSON data (PySpark 4 returns StreamingQueryProgress objects)."""
+    return json.loads(p.json) if hasattr(p, "json") else dict(p)
+
+
+def dropped_by_watermark(progress: list[dict]) -> int:
+    return sum(
+        int(op.get("numRowsDroppedByWatermark", 0) or 0)
+        for p in progress
+        for op in p.get("stateOperators", [])
+    )
+
+
+def rss_kb(pid: int | str = "self") -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process in kB."""
+    values = {"VmRSS": 0, "VmHWM": 0}
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            name = line.split(":", 1)[0]
+            if name in values:
+                values[name] = int(line.split()[1])
+    return values["VmRSS"], values["VmHWM"]
+
+
+def jvm_pid(spark: SparkSession) -> int:
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
