@@ -334,18 +334,20 @@ def cmd_validate(args) -> int:
         build_docs=not args.no_docs,
     )
     _echo(outcome.to_json() if args.json else outcome.text())
-    if not outcome.success:
-        print(
-            f"tidemark: {len(outcome.failing)} expectation(s) failing: {', '.join(outcome.failing)}",
-            file=sys.stderr,
-        )
-        return EXIT_QUALITY
-    return 0
+    return _quality_failed(outcome) if not outcome.success else 0
+
+
+def _quality_failed(outcome) -> int:
+    print(
+        f"tidemark: {len(outcome.failing)} expectation(s) failing: {', '.join(outcome.failing)}",
+        file=sys.stderr,
+    )
+    return EXIT_QUALITY
 
 
 def cmd_report(args) -> int:
     from tidemark.quality import data_docs_index, validate_pipeline
-    from tidemark.report import write_report
+    from tidemark.report import report_path, write_report
 
     config = load_config(args.config)
     outcome, docs = None, data_docs_index(config, args.quality_dir)
@@ -353,7 +355,7 @@ def cmd_report(args) -> int:
         outcome = validate_pipeline(config, args.start, args.end, quality_dir=args.quality_dir)
     path = write_report(
         config,
-        args.out,
+        args.out if args.out is not None else report_path(config, args.quality_dir),
         args.start,
         args.end,
         outcome=outcome,
@@ -362,7 +364,7 @@ def cmd_report(args) -> int:
     _echo(f"[{config.pipeline}] reconciliation report: {path}")
     if docs.is_file():
         _echo(f"[{config.pipeline}] data docs: {docs}")
-    return 0
+    return _quality_failed(outcome) if outcome is not None and not outcome.success else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,11 +522,17 @@ def build_parser() -> argparse.ArgumentParser:
         "with their late records by host. Reads the tables with delta-rs (no JVM).",
     )
     rp.add_argument("--config", required=True, help="pipeline YAML file")
-    rp.add_argument("--out", required=True, help="HTML file to write")
+    rp.add_argument(
+        "--out",
+        help="HTML file to write (default: the published report, "
+        "<warehouse>/<pipeline>/_quality/reconciliation.html, linked from the Airflow view)",
+    )
     rp.add_argument("--start", type=_instant, help="first window start, ISO-8601 or epoch ms")
     rp.add_argument("--end", type=_instant, help="range end, exclusive (default: every window)")
     rp.add_argument(
-        "--validate", action="store_true", help="run the suites first and summarise them in the report"
+        "--validate",
+        action="store_true",
+        help=f"run the suites first and summarise them in the report (exit {EXIT_QUALITY} if one fails)",
     )
     rp.add_argument(
         "--quality-dir",

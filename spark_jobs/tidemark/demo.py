@@ -102,7 +102,7 @@ def _quality_and_report(config, config_path: Path, scenario: Scenario, spark, wo
     echo(f"data quality (`tidemark validate --config {config_path}`; suites in expectations/):")
     outcome = validate_pipeline(config, scenario.start_ms, scenario.end_ms, spark=spark)
     echo("  " + outcome.text().replace("\n", "\n  "))
-    report = write_report(config, workdir / "report.html", outcome=outcome, docs_index=outcome.docs_index)
+    report = write_report(config, outcome=outcome, docs_index=outcome.docs_index)  # the published one
     echo("")
     echo(f"reconciliation report: {report}")
     echo(f"data docs:             {outcome.docs_index}")

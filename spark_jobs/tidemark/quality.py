@@ -153,6 +153,11 @@ class ValidationOutcome:
         """Names (``<suite>.<check>``) of every failing expectation."""
         return [e.name for s in self.suites for e in s.failing]
 
+    @property
+    def samples(self) -> dict[str, list[dict]]:
+        """Up to 5 failing rows per failing expectation, by name (empty for table-level checks)."""
+        return {e.name: e.sample_rows for s in self.suites for e in s.failing}
+
     def suite(self, name: str) -> SuiteOutcome:
         for s in self.suites:
             if s.suite == name:
@@ -420,6 +425,10 @@ def windows_frame(
         }
     )
     frame = frame[_in_range(frame["window_start_ms"], start_ms, end_ms)]
+    # A batch is committed by its watermarks row, written last: windows of a newer batch are a
+    # batch in flight (validation concurrent with the stream), not a window without a watermark.
+    committed = markers["batch_id"].max() if markers is not None and not markers.empty else -1
+    frame = frame[frame["batch_id"] <= committed]
     by_batch = (
         markers.set_index("batch_id")["watermark_ms"] if markers is not None else pd.Series(dtype="float64")
     )

@@ -18,6 +18,11 @@ often without network access: plots are inline SVG drawn here (no plotting depen
 JavaScript, no CDN), styles are inline. Every plotted mark carries its number in ``data-*``
 attributes and a ``<title>`` tooltip, so a reader can hover for the value and a test can check the
 picture against the tables.
+
+**Where reports live.** :func:`write_report` without ``out`` publishes the page at
+:func:`report_path`, ``<warehouse>/<pipeline>/_quality/reconciliation.html``, beside the pipeline's
+Data Docs (``tidemark.quality``). :func:`report_locations` lists the published pages that exist,
+by a one-segment label, for the Airflow Tidemark view (``/reports/{pipeline}/{label}``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,35 @@ if TYPE_CHECKING:
 
 WORST_WINDOWS = 10
 HOSTS_PER_EXPLANATION = 5
+REPORT_FILE = "reconciliation.html"
+
+
+def report_path(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the pipeline's reconciliation report is published: ``<quality root>/reconciliation.html``
+    (``<warehouse>/<pipeline>/_quality`` unless ``quality_dir`` is given)."""
+    from tidemark.quality import quality_root
+
+    return quality_root(config, quality_dir) / REPORT_FILE
+
+
+def report_locations(
+    config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None
+) -> dict[str, Path]:
+    """The pipeline's published report pages that exist, by label (no Spark, no GX import).
+
+    ``reconciliation``: the report :func:`write_report` publishes; ``data-docs``: the Great
+    Expectations Data Docs index; ``quality-history``: the offline page of every stored validation.
+    Labels are single URL path segments (the Airflow view serves ``/reports/{pipeline}/{label}``);
+    every value is an HTML file.
+    """
+    from tidemark.quality import data_docs_index, docs_history_page
+
+    candidates = {
+        "reconciliation": report_path(config, quality_dir),
+        "data-docs": data_docs_index(config, quality_dir),
+        "quality-history": docs_history_page(config, quality_dir),
+    }
+    return {label: path for label, path in candidates.items() if path.is_file()}
 
 
 @dataclass(frozen=True)
@@ -113,6 +147,12 @@ def load_report_data(
 ) -> ReportData:
     """Everything the report plots, from the tables (closed windows with ``window_start`` in range)."""
     from tidemark.quality import _in_range, _ms, stall_intervals
+
+    if start_ms is not None and end_ms is not None and end_ms <= start_ms:
+        raise ConfigError(
+            f"report: --end ({format_instant_ms(end_ms)}) must be after "
+            f"--start ({format_instant_ms(start_ms)})"
+        )
 
     rec = _read(config, T.RECONCILIATION)
     if rec is None:
@@ -472,10 +512,14 @@ def _quality_section(
     parts = ['<h2 id="quality">Data quality</h2>']
     if outcome is not None:
         verdict = "pass" if outcome.success else "fail"
+        span = " .. ".join(
+            format_instant_ms(ms) if ms is not None else "*" for ms in (outcome.start_ms, outcome.end_ms)
+        )
         parts.append(
             f'<p><span class="verdict {verdict}" id="quality-verdict">'
             f"{'all suites pass' if outcome.success else f'{len(outcome.failing)} expectation(s) failing'}"
-            "</span></p><ul class='quality'>"
+            f'</span> <span class="muted" id="quality-range">event time {_e(span)}, validated '
+            f"{_e(format_instant_ms(outcome.validated_at_ms))}</span></p><ul class='quality'>"
         )
         for s in outcome.suites:
             fails = ", ".join(e.check for e in s.failing)
@@ -557,7 +601,7 @@ arrived (kept in <code>late_events</code>); unexplained = batch − stream − l
 
 def write_report(
     config: PipelineConfig,
-    out: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
     start_ms: int | None = None,
     end_ms: int | None = None,
     *,
@@ -565,13 +609,14 @@ def write_report(
     docs_index: str | os.PathLike[str] | None = None,
     worst: int = WORST_WINDOWS,
 ) -> Path:
-    """Write the report for the closed windows with ``window_start`` in ``[start, end)`` to ``out``.
+    """Write the report for the closed windows with ``window_start`` in ``[start, end)`` to ``out``
+    (default :func:`report_path`, where :func:`report_locations` finds it); atomically replaced.
 
     ``outcome``/``docs_index``: a validation to summarise and the Data Docs page to link (relative
-    to the report when possible). Returns the path written. Raises ConfigError without a
-    reconciliation table.
+    to the report when possible). Returns the path written. Raises ConfigError (one line) without a
+    reconciliation table or with ``end <= start``.
     """
-    path = Path(out)
+    path = Path(out) if out is not None else report_path(config)
     data = load_report_data(config, start_ms, end_ms)
 
     def link(target: Path) -> str:

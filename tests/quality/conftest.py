@@ -3,6 +3,11 @@
 200 hosts x 4 minutes x 5 events/min at precision 0.99: one host (0.5%, within the 1% allowed to
 lag) is in a 2-minute outage, so the stream closes windows without it and keeps its records as
 late events; reconcile.target 0.99 for this pipeline (the 0.999 default would need 1,000+ hosts).
+The 18 landing files go in 3 micro-batches of 6 (fewer batches, less Spark time; three is what
+the regression and stall tests need).
+
+The session pipeline is never validated in place: every test that writes (GX results, a report,
+a fault) works on :func:`copy_pipeline`, so tests do not see each other's history.
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ from helpers import small_scenario, write_config
 
 from tidemark.config import PipelineConfig
 from tidemark.generator import Scenario
+from tidemark.quality import QUALITY_DIR
 
+# tests/conftest.py ARTIFACTS / "quality" (that module is shadowed by this one's name here)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "quality"
 NAME = "dq"
 OVERRIDES = {
     "watermark": {"precision": 0.99},
     "reconcile": {"target": 0.99},
-    "source": {"max_files_per_trigger": 3},
+    "source": {"max_files_per_trigger": 6},
 }
 
 
@@ -71,12 +78,14 @@ def quality_pipeline(spark, tmp_path_factory) -> Pipeline:
     run_stream(spark, config, once=True, echo=lambda m: None)
     report = reconcile(spark, config, sc.start_ms, sc.end_ms)
     assert len(report.closed) == sc.minutes and report.totals()["late_events"] > 0, "scenario lost its point"
+    assert read_table(config, "watermarks")["watermark_ms"].notna().sum() >= 3, "too few batches"
     return Pipeline(root, config, sc)
 
 
 def copy_pipeline(source: Pipeline, dest: Path, **extra) -> Pipeline:
-    """A private copy of the pipeline's landing files, tables and checkpoint to seed a fault in."""
-    shutil.copytree(source.root, dest)
+    """A private copy of the pipeline's landing files, tables and checkpoint to seed a fault in
+    (without any GX results or reports the source has: each copy starts with no history)."""
+    shutil.copytree(source.root, dest, ignore=shutil.ignore_patterns(QUALITY_DIR))
     return Pipeline(dest, pipeline_config(dest, **extra), source.scenario)
 
 

@@ -17,6 +17,7 @@ from tidemark.quality import (
     suite_parameters,
     suites_dir,
     watermarks_frame,
+    windows_frame,
 )
 
 
@@ -108,3 +109,42 @@ def test_lag_inside_an_open_stall_is_not_held_against_the_watermark():
     assert frame["in_stall"].tolist() == [False, False, True]
     assert frame["lag_outside_stall_ms"].iloc[:2].tolist() == [0, 90_000]
     assert pd.isna(frame["lag_outside_stall_ms"].iloc[2])
+
+
+def test_report_locations_lists_only_published_pages_without_spark(tmp_path):
+    from tidemark.quality import data_docs_index
+    from tidemark.report import report_locations, report_path
+
+    config = write_config(tmp_path)
+    assert report_locations(config) == {}
+    report_path(config).parent.mkdir(parents=True)
+    report_path(config).write_text("<html></html>")
+    assert report_locations(config) == {
+        "reconciliation": tmp_path / "warehouse" / "t" / "_quality" / "reconciliation.html"
+    }
+    data_docs_index(config).parent.mkdir(parents=True)
+    data_docs_index(config).write_text("<html></html>")
+    assert list(report_locations(config)) == ["reconciliation", "data-docs"]
+
+
+def test_windows_of_a_batch_in_flight_are_not_validated_but_a_missing_marker_is_seen():
+    minute = 60_000
+    ts = lambda ms: pd.Timestamp(ms, unit="ms", tz="UTC")  # noqa: E731
+    windows = pd.DataFrame(
+        {
+            "window_start": [ts(0), ts(minute), ts(2 * minute)],
+            "window_end": [ts(minute), ts(2 * minute), ts(3 * minute)],
+            "key": ["k", "k", "k"],
+            "events": [1, 1, 1],
+            "value_sum": [1.0, 1.0, 1.0],
+            "batch_id": [0, 2, 3],  # batch 1 has no marker; batch 3 is not committed yet
+            "low_watermark": [ts(minute), ts(2 * minute), ts(3 * minute)],
+        }
+    )
+    marks = _marks([minute, 2 * minute, 2 * minute]).drop(index=1)  # batches 0 and 2
+    frame = windows_frame(windows, marks, minute)
+    assert frame["batch_id"].tolist() == [0, 2]
+    assert frame["batch_watermark_ms"].tolist() == [minute, 2 * minute]
+    marks = _marks([minute, 2 * minute, 2 * minute, 3 * minute]).drop(index=1)
+    frame = windows_frame(windows.assign(batch_id=[0, 1, 3]), marks, minute)
+    assert frame["batch_id"].tolist() == [0, 1, 3] and pd.isna(frame["batch_watermark_ms"].iloc[1])

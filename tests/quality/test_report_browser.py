@@ -7,15 +7,16 @@ the Delta tables, read independently with delta-rs.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import ARTIFACTS, copy_pipeline, read_table, rewrite_table
 
-from tidemark.cli import main
+from tidemark.cli import EXIT_QUALITY, main
 from tidemark.quality import SUITE_NAMES, validate_pipeline
-from tidemark.report import write_report
+from tidemark.report import report_locations, write_report
 from tidemark.timeutil import format_instant_ms
 
 pytestmark = pytest.mark.spark  # the session pipeline is built with Spark
@@ -81,10 +82,22 @@ def _ms(ts) -> int:
 
 
 def test_report_plots_show_exactly_the_numbers_in_the_tables(quality_pipeline, tmp_path, open_page):
-    p = quality_pipeline
+    p = copy_pipeline(quality_pipeline, tmp_path / "published")
     config = p.config
+    assert report_locations(config) == {}  # nothing published yet
     outcome = validate_pipeline(config, p.scenario.start_ms, p.scenario.end_ms)
-    out = write_report(config, tmp_path / "report.html", outcome=outcome, docs_index=outcome.docs_index)
+    out = write_report(config, outcome=outcome, docs_index=outcome.docs_index)
+
+    # Published where the Airflow view looks (/reports/{pipeline}/{label}): one-segment labels.
+    published = report_locations(config)
+    assert published == {
+        "reconciliation": out,
+        "data-docs": Path(outcome.docs_index),
+        "quality-history": Path(outcome.docs_history),
+    }
+    assert out == Path(config.tables_root) / "_quality" / "reconciliation.html"
+    assert all(re.fullmatch(r"[a-z0-9-]+", label) and f.is_file() for label, f in published.items())
+
     page = open_page(out, "report.png")
     assert page.blocked == [], "the report must not load anything from the network"
 
@@ -190,7 +203,7 @@ def test_data_docs_render_with_every_suite_and_its_history(quality_pipeline, tmp
 
 
 def test_report_shades_a_recorded_stall_and_flags_the_misaligned_window(
-    quality_pipeline, tmp_path, open_page
+    quality_pipeline, tmp_path, open_page, capsys
 ):
     import pyarrow as pa
     from deltalake import write_deltalake
@@ -199,8 +212,10 @@ def test_report_shades_a_recorded_stall_and_flags_the_misaligned_window(
 
     p = copy_pipeline(quality_pipeline, tmp_path / "stalled")
     marks = read_table(p.config, "watermarks").dropna(subset=["batch_ts_ms"]).sort_values("batch_id")
-    start = pd.Timestamp(int(marks["batch_ts_ms"].iloc[1]), unit="ms", tz="UTC")
-    end = pd.Timestamp(int(marks["batch_ts_ms"].iloc[2]), unit="ms", tz="UTC")
+    (before, after), (ts0, ts1) = marks["batch_id"].iloc[:2], marks["batch_ts_ms"].iloc[:2]
+    # A stall from half-way between the first two batches until the second one ran.
+    start = pd.Timestamp(int((ts0 + ts1) // 2), unit="ms", tz="UTC")
+    end = pd.Timestamp(int(ts1), unit="ms", tz="UTC")
     stall = {
         "started_at": start,
         "ended_at": end,
@@ -208,7 +223,7 @@ def test_report_shades_a_recorded_stall_and_flags_the_misaligned_window(
         "watermark": start,
         "hosts_count": 1,
         "hosts": ["h00001"],
-        "closed_batch_id": int(marks["batch_id"].iloc[2]),
+        "closed_batch_id": int(after),
     }
     write_deltalake(p.config.table_path("stalls"), pa.Table.from_pylist([stall], schema=STALL_SCHEMA))
 
@@ -223,7 +238,13 @@ def test_report_shades_a_recorded_stall_and_flags_the_misaligned_window(
 
     rewrite_table(p.config, "reconciliation", misalign)
     out = tmp_path / "report.html"
-    assert main(["report", "--config", str(p.config_path), "--out", str(out), "--validate"]) == 0
+    args = ["report", "--config", str(p.config_path), "--out", str(out), "--validate"]
+    assert main(args) == EXIT_QUALITY  # written, and the failing suite named
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "tidemark: 2 expectation(s) failing: "
+        "reconciliation.alignment_at_or_above_target, reconciliation.unexplained_is_zero"
+    )
     page = open_page(out, "report_stall_and_misaligned.png")
 
     (shade,) = _marks(page, "#chart-lag rect.stall")
@@ -234,11 +255,9 @@ def test_report_shades_a_recorded_stall_and_flags_the_misaligned_window(
         int(m["data-batch"]): m["box"]["x"] + m["box"]["width"] / 2
         for m in _marks(page, "#chart-lag circle.lag")
     }
-    inside = [b for b in marks["batch_id"].iloc[1:3] if int(b) in lag_x]
-    assert inside and all(
-        shade["box"]["x"] - 1 <= lag_x[int(b)] <= shade["box"]["x"] + shade["box"]["width"] + 1
-        for b in inside
-    )
+    left, right = shade["box"]["x"], shade["box"]["x"] + shade["box"]["width"]
+    assert lag_x[int(before)] < left - 10  # the batch before the stall is outside the shade
+    assert left - 1 <= lag_x[int(after)] <= right + 1  # the batch that ended it is inside
 
     last_window = format_instant_ms(p.scenario.end_ms - 60_000)
     (below,) = _marks(page, "#chart-alignment circle.below")
@@ -259,3 +278,11 @@ def test_report_without_reconciliation_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("tidemark: error: report: no reconciliation table at ") and "\n" not in err
     assert err.endswith("run `tidemark reconcile` first")
+
+    args = ["report", "--config", str(tmp_path / "empty.yaml"), "--start", "2025-11-22T10:05:00Z"]
+    assert main([*args, "--end", "2025-11-22T10:00:00Z"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "tidemark: error: report: --end (2025-11-22T10:00:00.000Z) must be after "
+        "--start (2025-11-22T10:05:00.000Z)"
+    )

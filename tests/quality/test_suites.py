@@ -68,6 +68,8 @@ def test_duplicated_window_row_fails_window_key_unique(quality_pipeline, tmp_pat
     sample = {(r["window_start"], r["key"]) for r in check.sample_rows}
     start_ms = int(duplicated["window_start"].timestamp() * 1000)
     assert sample == {(format_instant_ms(start_ms), duplicated["key"])}
+    assert outcome.samples == {"windows.window_key_unique": check.sample_rows}
+    assert "failing: windows.window_key_unique" in outcome.text()
 
 
 def test_window_committed_before_the_watermark_passed_it_fails_both_commit_checks(quality_pipeline, tmp_path):
@@ -133,7 +135,7 @@ def test_watermark_moving_backwards_fails_never_decreases(quality_pipeline, tmp_
     marks = read_table(p.config, "watermarks").sort_values("batch_id")
     with_wm = marks[marks["watermark_ms"].notna()]
     regressed = int(with_wm["batch_id"].iloc[2])
-    lower = int(with_wm["watermark_ms"].iloc[0])  # back to the first watermark
+    lower = int(with_wm["watermark_ms"].iloc[1]) - 1_000  # one second below its predecessor's
 
     def seed(m):
         m = m.copy()
