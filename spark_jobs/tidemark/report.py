@@ -512,13 +512,18 @@ def _quality_section(
     parts = ['<h2 id="quality">Data quality</h2>']
     if outcome is not None:
         verdict = "pass" if outcome.success else "fail"
-        span = " .. ".join(
-            format_instant_ms(ms) if ms is not None else "*" for ms in (outcome.start_ms, outcome.end_ms)
+        span = (
+            "all event times"
+            if outcome.start_ms is None and outcome.end_ms is None
+            else "event time "
+            + " .. ".join(
+                format_instant_ms(ms) if ms is not None else "*" for ms in (outcome.start_ms, outcome.end_ms)
+            )
         )
         parts.append(
             f'<p><span class="verdict {verdict}" id="quality-verdict">'
             f"{'all suites pass' if outcome.success else f'{len(outcome.failing)} expectation(s) failing'}"
-            f'</span> <span class="muted" id="quality-range">event time {_e(span)}, validated '
+            f'</span> <span class="muted" id="quality-range">{_e(span)}, validated '
             f"{_e(format_instant_ms(outcome.validated_at_ms))}</span></p><ul class='quality'>"
         )
         for s in outcome.suites:

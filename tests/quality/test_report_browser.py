@@ -165,6 +165,13 @@ def test_report_plots_show_exactly_the_numbers_in_the_tables(quality_pipeline, t
 
     # The data-quality verdict and the links to the Data Docs.
     assert page.locator("#quality-verdict").inner_text() == "all suites pass"
+    assert (
+        page.locator("#quality-range")
+        .inner_text()
+        .startswith(
+            f"event time {iso[p.scenario.start_ms]} .. {format_instant_ms(p.scenario.end_ms)}, validated "
+        )
+    )
     suites = _marks(page, "li[data-suite]")
     assert [(s["data-suite"], s["data-success"]) for s in suites] == [(n, "true") for n in SUITE_NAMES]
     for link in ("#data-docs-link", "#data-docs-history-link"):
@@ -266,6 +273,7 @@ def test_report_shades_a_recorded_stall_and_flags_the_misaligned_window(
     first = page.locator("table.worst tr[data-window]").first
     assert first.get_attribute("data-window") == last_window
     assert "30 record(s) missing from stream and late events (unexplained)" in first.inner_text()
+    assert page.locator("#quality-range").inner_text().startswith("all event times, validated ")
     failing = [s["data-suite"] for s in _marks(page, "li[data-suite]") if s["data-success"] == "false"]
     assert failing == ["reconciliation"]
 
