@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_exactly_once, kafka_pipeline, small_scenario, write_config
 
+from tidemark.config import load_config
 from tidemark.generator import generate_files
 from tidemark.reconcile import reconcile
 
@@ -53,17 +54,39 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.communicate()
 
 
-def kill_at_random_moments(config_path: Path, rng: random.Random, low: float, high: float, kills: int = 5):
-    """Start the job and SIGKILL it (with its JVM) after a random delay, ``kills`` times."""
-    delays = [round(rng.uniform(low, high), 1) for _ in range(kills)]
-    for delay in delays:
+def _spark_log_entries(checkpoint: Path) -> int:
+    """Batches Spark has planned or committed in a checkpoint (its offset and commit log files)."""
+    return sum(1 for log in ("offsets", "commits") for _ in (checkpoint / log).glob("[0-9]*"))
+
+
+def kill_at_random_moments(
+    config_path: Path, rng: random.Random, low: float, high: float, kills: int = 5
+) -> list[tuple[float, bool]]:
+    """Start the job and SIGKILL it (with its JVM) ``kills`` times, each a random ``low``-``high`` s
+    after the run's first write to Spark's offset or commit log, so that the kill lands inside the
+    stream however long the JVM takes to start. Returns (delay, killed while running) per kill."""
+    checkpoint = Path(load_config(config_path).checkpoint)
+    outcomes = []
+    for _ in range(kills):
+        delay = round(rng.uniform(low, high), 1)
+        before = _spark_log_entries(checkpoint)
         proc = start_job(config_path)
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while proc.poll() is None and _spark_log_entries(checkpoint) == before:
+            if time.monotonic() > deadline:
+                kill_group(proc)
+                pytest.fail(f"the job wrote nothing to {checkpoint} in {JOB_TIMEOUT_S}s")
+            time.sleep(0.1)
         time.sleep(delay)
-        if proc.poll() is None:
-            kill_group(proc)
-        else:
-            proc.communicate()
-    return delays
+        running = proc.poll() is None
+        kill_group(proc)
+        outcomes.append((delay, running))
+    return outcomes
+
+
+def assert_kills_landed(outcomes: list[tuple[float, bool]], at_least: int) -> None:
+    landed = sum(running for _delay, running in outcomes)
+    assert landed >= at_least, f"only {landed} kills hit a running job: {outcomes}"
 
 
 @pytest.fixture
@@ -104,13 +127,14 @@ def test_kills_after_each_write_inside_a_batch_lose_and_duplicate_nothing(spark,
 
 def test_random_kills_then_restart_equal_the_batch_recompute(spark, pipeline):
     config_path, config, truth = pipeline
-    delays = kill_at_random_moments(config_path, random.Random(20261122), 6.0, 20.0)
+    outcomes = kill_at_random_moments(config_path, random.Random(20261122), 0.5, 5.0)
+    assert_kills_landed(outcomes, at_least=4)
     code, out = finish(start_job(config_path))
     assert code == 0, out[-3000:]
     assert_exactly_once(spark, config, truth)
     report = reconcile(spark, config, config_start(truth, config), config_end(config))
     assert all(w.unexplained == 0 for w in report.closed), report.table()
-    print(f"random kill delays (s): {delays}")
+    print(f"random kills (delay after the run's first batch log write, s; job running): {outcomes}")
 
 
 def config_start(truth, config) -> int:
@@ -130,12 +154,19 @@ def config_end(config) -> int:
 def test_random_kills_with_the_kafka_source_equal_the_recompute(spark, kafka, tmp_path):
     scenario, config, oracle_config, truth = kafka_pipeline(tmp_path, kafka, "clicks-kills")
     config_path = tmp_path / "kfk.yaml"
-    kill_at_random_moments(config_path, random.Random(4), 8.0, 20.0)
+    # Smaller batches than the helper's (~10 instead of ~5), so that five kills land inside the input.
+    config_path.write_text(
+        config_path.read_text().replace("max_offsets_per_trigger: 700", "max_offsets_per_trigger: 350")
+    )
+    assert load_config(config_path).source.max_offsets_per_trigger == 350
+    outcomes = kill_at_random_moments(config_path, random.Random(4), 0.5, 5.0)
+    assert_kills_landed(outcomes, at_least=4)
     code, out = finish(start_job(config_path))
     assert code == 0, out[-3000:]
     assert_exactly_once(spark, config.model_copy(update={"source": oracle_config.source}), truth)
     report = reconcile(spark, config, scenario.start_ms, scenario.end_ms)
     assert all(w.unexplained == 0 for w in report.closed), report.table()
+    print(f"random kills (delay after the run's first batch log write, s; job running): {outcomes}")
 
 
 def _committed_events(config) -> int:
