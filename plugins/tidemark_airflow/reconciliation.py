@@ -19,8 +19,7 @@ def reconciliation_rows(config: PipelineConfig, start_ms: int | None = None, end
     frame = T.read_local(path)
     if frame.empty:
         return frame
-    ws = pd.to_datetime(frame["window_start"], utc=True).astype("int64") // 10**6
-    frame = frame.assign(window_start_ms=ws.astype("int64"))
+    frame = frame.assign(window_start_ms=T.epoch_ms(frame["window_start"]).astype("int64"))
     if start_ms is not None:
         frame = frame[frame["window_start_ms"] >= start_ms]
     if end_ms is not None:

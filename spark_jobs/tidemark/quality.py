@@ -331,13 +331,7 @@ def _read(config: PipelineConfig, table: str, columns: list[str] | None = None) 
     return DeltaTable(path).to_pandas(columns=columns)
 
 
-def _ms(series: pd.Series) -> pd.Series:
-    """Timestamps (any unit, UTC) to epoch ms; NaT stays missing (float NaN)."""
-    import pandas as pd
-
-    if series.dtype.kind in "iuf":
-        return series
-    return (pd.to_datetime(series, utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
+_ms = T.epoch_ms
 
 
 def _iso(values: pd.Series) -> pd.Series:

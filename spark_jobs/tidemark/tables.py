@@ -280,6 +280,16 @@ def latest_marker(path: str, max_batch: int | None = None) -> dict | None:
     return {name: table[name][index].as_py() for name in table.column_names}
 
 
+def epoch_ms(series: pd.Series) -> pd.Series:
+    """Timestamps of any unit (delta-rs gives microseconds, Spark's pandas nanoseconds) to epoch ms;
+    integer series pass through; NaT stays missing (float NaN)."""
+    import pandas as pd
+
+    if series.dtype.kind in "iuf":
+        return series
+    return (pd.to_datetime(series, utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
+
+
 def read_local(path: str, version: int | None = None) -> pd.DataFrame:
     """A small Delta table as pandas, through delta-rs (no JVM)."""
     from deltalake import DeltaTable
