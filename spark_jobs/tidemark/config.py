@@ -97,6 +97,13 @@ class ReconcileConfig(_Strict):
     target: float = Field(default=0.999, gt=0, le=1)
 
 
+class QualityConfig(_Strict):
+    """Per-pipeline values for the data-quality suites' parameters (``expectations/*.json``), e.g.
+    ``max_late_share: 0.02``. A name the suites do not declare fails when the suites run."""
+
+    thresholds: dict[str, float] = Field(default_factory=dict)
+
+
 class AlertsConfig(_Strict):
     """Where alerts go. Channels are Airflow connections (ids, never credentials, live here); a
     channel whose connection is not defined in Airflow is skipped with a warning."""
@@ -141,6 +148,7 @@ class PipelineConfig(_Strict):
     trigger_interval: DurationMs = Field(default=parse_duration_ms("10s"))
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
+    quality: QualityConfig = Field(default_factory=QualityConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)

@@ -295,14 +295,17 @@ def _config_value(config: PipelineConfig, dotted: str) -> Any:
 def suite_parameters(
     config: PipelineConfig, specs: list[SuiteSpec], thresholds: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Every ``$PARAMETER`` value: ``thresholds`` first, then the config, then the suite default."""
-    thresholds = dict(thresholds or {})
+    """Every ``$PARAMETER`` value: ``thresholds`` first, then the pipeline's ``quality.thresholds``,
+    then the config value the suite names, then the suite default."""
     known = {name for spec in specs for name in spec.parameters}
-    unknown = sorted(set(thresholds) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown threshold {', '.join(unknown)} (the suites define: {', '.join(sorted(known))})"
-        )
+    for where, given in (("config quality.thresholds: ", config.quality.thresholds), ("", thresholds or {})):
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ConfigError(
+                f"{where}unknown threshold {', '.join(unknown)} "
+                f"(the suites define: {', '.join(sorted(known))})"
+            )
+    thresholds = {**config.quality.thresholds, **(thresholds or {})}
     values: dict[str, Any] = {}
     for spec in specs:
         for name, source in spec.parameters.items():

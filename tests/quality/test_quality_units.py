@@ -41,6 +41,9 @@ def test_thresholds_come_from_config_then_suite_defaults_then_overrides(tmp_path
     assert params["window_ms"] == 60_000
     assert params["max_late_share"] == 0.01  # the suite's default
     assert suite_parameters(config, specs, {"max_late_share": 0.2})["max_late_share"] == 0.2
+    tuned = write_config(tmp_path, quality={"thresholds": {"max_late_share": 0.05}})
+    assert suite_parameters(tuned, specs)["max_late_share"] == 0.05  # the pipeline's own value
+    assert suite_parameters(tuned, specs, {"max_late_share": 0.2})["max_late_share"] == 0.2
 
 
 def test_unknown_threshold_is_a_one_line_error(tmp_path):
@@ -49,6 +52,9 @@ def test_unknown_threshold_is_a_one_line_error(tmp_path):
         ConfigError, match=r"^unknown threshold max_lag \(the suites define: .*max_late_share"
     ):
         suite_parameters(config, load_suites(), {"max_lag": 1})
+    misnamed = write_config(tmp_path, quality={"thresholds": {"max_late": 0.1}})
+    with pytest.raises(ConfigError, match=r"^config quality.thresholds: unknown threshold max_late \("):
+        suite_parameters(misnamed, load_suites())
 
 
 def test_missing_or_unnamed_suite_file_is_refused(tmp_path):
