@@ -9,9 +9,16 @@ Proves, window by window, that the stream agrees with a batch recompute of the r
 2. **recompute_and_diff**: Spark job (the Spark provider, connection `airflow.spark_conn_id`)
    that recomputes the hour's windows from the raw source with the stream's own code and writes
    the per-window comparison to the `reconciliation` table (idempotent: re-runs replace the hour).
-3. **check_alignment**: alerts (email + webhook) and fails when a window is below the
-   `reconcile.target` (0.999 by default) or a difference is unexplained; otherwise publishes the
-   pipeline's `reconciled` Asset event with the hour's figures.
+3. **data_quality**: Spark job running the Great Expectations suites of `expectations/` over the
+   hour (raw events, micro-batches, windows, reconciliation, watermark), storing the results and
+   rebuilding the Data Docs, and publishing the reconciliation report (linked from the Tidemark
+   view), also when a suite fails. A failing suite (a window below `reconcile.target`, an
+   unexplained difference, a duplicated window row, a watermark that moved backwards, ...) sends
+   one alert (email + webhook) naming the failing expectations with sample rows, and fails.
+4. **check_alignment**: the final gate: fails (alerting) when a window is below the target or a
+   difference is unexplained, retries while windows are still open; otherwise publishes the
+   pipeline's `reconciled` Asset event with the hour's figures. Only hours that passed both the
+   suites and the gate publish it.
 
 Catchup from `airflow.reconcile_start` backfills past hours. A manual run takes `start` and `end`
 (ISO-8601) params to reconcile any range.
@@ -21,7 +28,11 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
-from tidemark_airflow.operators import ReconcileSubmitOperator, ReconciliationGateOperator
+from tidemark_airflow.operators import (
+    DataQualitySubmitOperator,
+    ReconcileSubmitOperator,
+    ReconciliationGateOperator,
+)
 from tidemark_airflow.pipelines import configured_pipelines, reconciled_asset
 from tidemark_airflow.sensors import WatermarkSensor
 
@@ -36,7 +47,7 @@ for pipeline in configured_pipelines():
         if first_hour
         else datetime(2025, 1, 1, tzinfo=UTC),
         catchup=first_hour is not None,
-        max_active_runs=2,
+        max_active_runs=1,  # one validation of a pipeline's GX context at a time
         default_args={"retries": 2, "retry_delay": timedelta(minutes=2), "owner": "tidemark"},
         params={
             "start": Param(None, type=["null", "string"], description="manual run: range start (ISO-8601)"),
@@ -57,9 +68,15 @@ for pipeline in configured_pipelines():
             conn_id=cfg.spark_conn_id,
             execution_timeout=timedelta(hours=1),
         )
+        quality = DataQualitySubmitOperator(
+            task_id="data_quality",
+            config_path=pipeline.config_path,
+            conn_id=cfg.spark_conn_id,
+            execution_timeout=timedelta(hours=1),
+        )
         gate = ReconciliationGateOperator(
             task_id="check_alignment",
             config_path=pipeline.config_path,
             outlets=[reconciled_asset(pipeline.name)],
         )
-        wait >> recompute >> gate
+        wait >> recompute >> quality >> gate

@@ -7,6 +7,7 @@ config path: the config is re-read when the task runs.
 * ``TidemarkSparkSubmitOperator``: the Spark provider's ``SparkSubmitOperator`` for a Tidemark
   entrypoint (jars from the local cache, the Python that runs Airflow for the driver).
 * ``ReconcileSubmitOperator``: the batch recompute-and-diff of the run's interval.
+* ``DataQualitySubmitOperator``: the Great Expectations suites of the interval, Data Docs, report.
 * ``StreamLauncherOperator``: starts the streaming job through the same provider hook, detached,
   so the job does not pin a worker slot; returns once the job's first heartbeat is written.
 * ``StreamHealthOperator``: branch: healthy, or (re)start (kills a hung job first).
@@ -102,6 +103,101 @@ class ReconcileSubmitOperator(TidemarkSparkSubmitOperator):
             "--end",
             format_instant_ms(end),
         ]
+
+
+class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
+    """Run the Great Expectations suites over the run's interval and publish the reports (Spark job).
+
+    The job (``quality_job``: ``tidemark report --validate --spark``) validates the interval's events
+    with Spark and the small tables with delta-rs, stores every result in the pipeline's GX context,
+    rebuilds the Data Docs and publishes the reconciliation report, also when a suite fails: that
+    is when people need to read it. It writes its outcome as JSON; this operator reads it and, when a
+    suite failed, sends one ``quality`` alert naming the failing expectations with sample rows and
+    fails the task (no retry: re-validating the same rows gives the same verdict).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(job="quality_job", **kwargs)
+        self._outcome_path: Path | None = None
+
+    def outcome_path(self, context) -> Path:
+        from tidemark.quality import quality_root
+
+        start, end = interval_ms(context)
+        config = load_pipeline(self.config_path).config
+        return quality_root(config) / "outcomes" / f"{start}-{end}.json"
+
+    def job_args(self, context) -> list[str]:
+        from tidemark.timeutil import format_instant_ms
+
+        start, end = interval_ms(context)
+        self._outcome_path = self.outcome_path(context)
+        return [
+            *("--config", self.config_path),
+            *("--start", format_instant_ms(start), "--end", format_instant_ms(end)),
+            *("--outcome", str(self._outcome_path)),
+        ]
+
+    def execute(self, context) -> dict[str, Any]:
+        import json
+
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from tidemark.report import report_locations
+        from tidemark_airflow.alerts import Alert, send
+
+        self.prepare(context)
+        path = self._outcome_path
+        path.unlink(missing_ok=True)  # never judge this run by an earlier run's verdict
+        job_error = None
+        try:
+            SparkSubmitOperator.execute(self, context)
+        except AirflowException as exc:  # exit 5 (a suite failed) lands here too
+            job_error = exc
+        if not path.is_file():
+            raise job_error or RuntimeError(f"the quality job wrote no outcome to {path}")
+        outcome = json.loads(path.read_text(encoding="utf-8"))
+        config = load_pipeline(self.config_path).config
+        pages = {label: str(p) for label, p in report_locations(config).items()}
+        self.log.info("data quality %s; published pages: %s", outcome["success"], pages)
+        if outcome["success"]:
+            return {"success": True, "failing": [], "pages": pages}
+        lines = [f"Data quality of {config.pipeline} [{outcome['start']}, {outcome['end']}): FAILED"]
+        for suite in outcome["suites"]:
+            for e in suite["expectations"]:
+                if e["success"]:
+                    continue
+                lines.append(
+                    f"  {e['name']} ({e['type']}): {e['unexpected_count'] or 0} unexpected, "
+                    f"observed {e['observed_value']}"
+                )
+                lines += ["      " + json.dumps(row, default=str) for row in e["sample_rows"][:3]]
+        lines += [f"{label}: {page}" for label, page in pages.items()]
+        failing = outcome["failing"]
+        alert = Alert(
+            alert_id=f"quality:{config.pipeline}:{outcome['start']}:{outcome['end']}:{context.get('run_id')}:"
+            + ",".join(sorted(failing)),
+            pipeline=config.pipeline,
+            kind="quality",
+            subject=(
+                f"[tidemark] {config.pipeline}: data quality FAILED for {outcome['start']} .. "
+                f"{outcome['end']}: {', '.join(failing[:5])}"
+                + (f" (+{len(failing) - 5})" if len(failing) > 5 else "")
+            ),
+            text="\n".join(lines),
+            details={
+                "failing": failing,
+                "pages": pages,
+                "samples": {
+                    e["name"]: e["sample_rows"][:3]
+                    for s in outcome["suites"]
+                    for e in s["expectations"]
+                    if not e["success"]
+                },
+            },
+        )
+        send(alert, config, context)
+        raise AirflowFailException(alert.subject)
 
 
 class StreamLauncherOperator(TidemarkSparkSubmitOperator):

@@ -8,6 +8,7 @@ default). Errors in input or config end the command with one line on stderr and 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -294,8 +295,6 @@ def cmd_watermark(args) -> int:
     config = load_config(args.config)
     status = read_status(config)
     if args.json:
-        import json
-
         _echo(json.dumps(status.to_dict(args.limit), indent=2))
     else:
         _echo(status.text(args.limit))
@@ -350,9 +349,18 @@ def cmd_report(args) -> int:
     from tidemark.report import report_path, write_report
 
     config = load_config(args.config)
+    if (args.spark or args.outcome) and not args.validate:
+        raise ConfigError("report: --spark and --outcome need --validate")
     outcome, docs = None, data_docs_index(config, args.quality_dir)
     if args.validate:
-        outcome = validate_pipeline(config, args.start, args.end, quality_dir=args.quality_dir)
+        spark = _session(config, "quality") if args.spark else None
+        outcome = validate_pipeline(config, args.start, args.end, spark=spark, quality_dir=args.quality_dir)
+        if args.outcome:
+            from pathlib import Path
+
+            from tidemark.liveness import write_json_atomic
+
+            write_json_atomic(Path(args.outcome), json.loads(outcome.to_json()))
     path = write_report(
         config,
         args.out if args.out is not None else report_path(config, args.quality_dir),
@@ -533,6 +541,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--validate",
         action="store_true",
         help=f"run the suites first and summarise them in the report (exit {EXIT_QUALITY} if one fails)",
+    )
+    rp.add_argument(
+        "--spark", action="store_true", help="with --validate: validate the events table with Spark"
+    )
+    rp.add_argument(
+        "--outcome",
+        metavar="FILE",
+        help="with --validate: also write the validation outcome as JSON to FILE (for Airflow)",
     )
     rp.add_argument(
         "--quality-dir",

@@ -55,3 +55,14 @@ def load_dag(dag_file: str, dag_id: str):
     bag = DagBag(dag_folder=str(REPO / "dags" / dag_file))
     assert not bag.import_errors, bag.import_errors
     return bag.dags[dag_id]
+
+
+@pytest.fixture
+def receivers(monkeypatch):
+    """Real local SMTP and HTTP receivers, wired as the default alert connections."""
+    from receivers import HttpReceiver, SmtpReceiver
+
+    with SmtpReceiver() as smtp, HttpReceiver() as http:
+        monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_SMTP", smtp.connection_json())
+        monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_WEBHOOK", http.connection_json())
+        yield smtp, http

@@ -15,6 +15,7 @@ from helpers import small_scenario
 
 from tidemark.config import load_config
 from tidemark.generator import generate_files
+from tidemark.report import report_locations
 from tidemark.stream import run_stream
 from tidemark.timeutil import format_instant_ms
 from tidemark_airflow.reconciliation import reconciliation_rows
@@ -23,25 +24,27 @@ from tidemark_airflow.triggers import WatermarkTrigger
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 
+def write_pipeline(path: Path, root: Path, **extra) -> None:
+    data = {
+        "pipeline": "rec",
+        "source": {"kind": "files", "path": str(root / "landing"), "max_files_per_trigger": 4},
+        "warehouse": str(root / "warehouse"),
+        "checkpoint": str(root / "checkpoints" / "rec"),
+        "watermark": {"precision": 0.96},
+        "spark": {"shuffle_partitions": 2},
+        "airflow": {"reconcile_grace": "0s"},
+        "alerts": {"email_to": ["oncall@example.com"]},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+
+
 @pytest.fixture
 def pipeline(pipelines_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    scenario = small_scenario()
+    scenario = small_scenario()  # 2 of 50 hosts (4%) in an outage: their records in one window land late
     config_path = pipelines_dir / "rec.yaml"
-    config_path.write_text(
-        yaml.safe_dump(
-            {
-                "pipeline": "rec",
-                "source": {"kind": "files", "path": str(tmp_path / "landing"), "max_files_per_trigger": 4},
-                "warehouse": str(tmp_path / "warehouse"),
-                "checkpoint": str(tmp_path / "checkpoints" / "rec"),
-                "watermark": {"precision": 0.96},
-                "spark": {"shuffle_partitions": 2},
-                "airflow": {"reconcile_grace": "0s"},
-            }
-        ),
-        encoding="utf-8",
-    )
+    write_pipeline(config_path, tmp_path)
     staging = tmp_path / "staging"
     generate_files(scenario, staging)
     return scenario, load_config(config_path), staging, tmp_path / "landing"
@@ -79,32 +82,74 @@ def config_path(config) -> str:
     return next(p.config_path for p in configured_pipelines() if p.name == config.pipeline)
 
 
-def test_reconciliation_dag_writes_the_rows_and_publishes_the_asset_event(spark, airflow_db, pipeline):
+def test_reconciliation_dag_alerts_on_a_misaligned_hour_then_publishes_it_once_within_the_pipelines_targets(
+    spark, airflow_db, pipeline, receivers, tmp_path
+):
     scenario, config, staging, landing = pipeline
+    smtp, http = receivers
     land(staging, landing, sorted(p.name for p in staging.glob("part-*")))
     run_stream(spark, config, once=True, echo=lambda m: None)
     start, end = scenario.start_ms, scenario.start_ms + 5 * 60_000
-
+    conf = {"start": format_instant_ms(start), "end": format_instant_ms(end)}
     dag = load_dag("tidemark_reconciliation.py", "tidemark_reconciliation__rec")
-    run = dag.test(run_conf={"start": format_instant_ms(start), "end": format_instant_ms(end)})
-    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-    assert states == {
+    for task in dag.tasks:
+        task.retries = 0  # dag.test() would otherwise sleep through retry delays on a failure
+
+    # 1. At the default 0.999 target the outage window (4% of its records late) is misaligned:
+    # the suites fail, one alert names the failing expectations and the window, the report is
+    # still published, and the hour gets no Asset event.
+    run = dag.test(run_conf=conf)
+    assert _states(run) == {
         "wait_for_watermark": "success",
         "recompute_and_diff": "success",
-        "check_alignment": "success",
+        "data_quality": "failed",
+        "check_alignment": "upstream_failed",
     }
+    rows = reconciliation_rows(config, start, end)
+    misaligned = sorted(
+        format_instant_ms(int(ms)) for ms in rows[rows["alignment"] < 0.999]["window_start_ms"]
+    )
+    assert len(rows) == 5 and len(misaligned) == 1
+    assert len(http.posts) == 1 and len(smtp.messages) == 1
+    alert = http.posts[0]["json"]
+    assert alert["kind"] == "quality" and alert["pipeline"] == "rec"
+    failing = alert["details"]["failing"]
+    assert "reconciliation.alignment_at_or_above_target" in failing
+    assert "reconciliation.late_share_below_max" in failing
+    assert [
+        r["window_start"] for r in alert["details"]["samples"]["reconciliation.alignment_at_or_above_target"]
+    ] == (misaligned)
+    email = smtp.messages[0]["message"]
+    assert "data quality FAILED" in email["Subject"] and "alignment_at_or_above_target" in email["Subject"]
+    assert misaligned[0] in email.get_body(("html",)).get_content()
+    pages = report_locations(config)
+    assert {"reconciliation", "data-docs", "quality-history"} <= set(pages)
+    assert misaligned[0] in pages["reconciliation"].read_text(encoding="utf-8")
+    assert _asset_events("tidemark.rec.reconciled") == []
 
+    # 2. The pipeline's own targets (the outage is expected here): the same hour passes the suites
+    # and the gate, and the reconciled Asset event carries its figures. No further alert.
+    write_pipeline(
+        Path(config_path(config)),
+        tmp_path,
+        reconcile={"target": 0.95},
+        quality={"thresholds": {"max_late_share": 0.05}},
+    )
+    run = dag.test(run_conf=conf)
+    assert set(_states(run).values()) == {"success"}
     rows = reconciliation_rows(config, start, end)
     assert len(rows) == 5 and set(rows["status"]) == {"closed"}
-    assert (rows["unexplained"] == 0).all() and (rows["alignment"] >= config.reconcile.target).all()
+    assert (rows["unexplained"] == 0).all() and (rows["alignment"] >= 0.95).all()
     assert rows["batch_events"].sum() == rows["stream_events"].sum() + rows["late_events"].sum()
-
     event = _asset_events("tidemark.rec.reconciled")[-1]
-    assert event["extra"]["start"] == format_instant_ms(start) and event["extra"]["end"] == format_instant_ms(
-        end
-    )
+    assert event["extra"]["start"] == conf["start"] and event["extra"]["end"] == conf["end"]
     assert event["extra"]["windows"] == 5 and event["extra"]["aligned_share"] == 1.0
     assert event["source_dag_id"] == "tidemark_reconciliation__rec"
+    assert len(http.posts) == 1 and len(smtp.messages) == 1
+
+
+def _states(run) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 
 
 def _asset_events(name: str) -> list[dict]:

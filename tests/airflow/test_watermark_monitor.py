@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import load_dag
-from receivers import HttpReceiver, SmtpReceiver, free_port
+from receivers import free_port
 
 from tidemark.config import load_config
 from tidemark.generator import Scenario, generate_files
@@ -32,14 +32,6 @@ def land(staging: Path, landing: Path, names: list[str]) -> None:
     landing.mkdir(parents=True, exist_ok=True)
     for name in names:
         shutil.copy2(staging / name, landing / name)
-
-
-@pytest.fixture
-def receivers(monkeypatch):
-    with SmtpReceiver() as smtp, HttpReceiver() as http:
-        monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_SMTP", smtp.connection_json())
-        monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_WEBHOOK", http.connection_json())
-        yield smtp, http
 
 
 def run_monitor(dag) -> str:
