@@ -3,6 +3,8 @@
 .DEFAULT_GOAL := help
 VENV := .venv/bin
 PYTEST_ARGS ?=
+# xdist workers for `make test` (0: one process)
+PYTEST_WORKERS ?= 2
 
 .PHONY: help setup run demo test test-fast lint format clean
 
@@ -25,7 +27,7 @@ demo: setup
 	$(VENV)/tidemark demo
 
 test: setup
-	$(VENV)/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 test-fast: setup
 	$(VENV)/python -m pytest -m "not spark and not slow" $(PYTEST_ARGS)

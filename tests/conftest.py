@@ -19,6 +19,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.spark)
         if "crash" in parts:
             item.add_marker(pytest.mark.slow)
+        if "cluster" in parts:  # one Spark cluster for the package: keep its tests on one xdist worker
+            item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
 @pytest.fixture(scope="session")
