@@ -200,17 +200,9 @@ def test_reconciliation_dag_on_postgres_and_local_executor_submits_through_the_s
         dags_test.wait()
     timings["dag done"] = time.monotonic() - started
     output = test_log.read_text()
-    if failed_task == "check_alignment" and "no reconciliation rows" in _task_log(airflow, failed_task):
-        # Everything up to the gate ran (asserted below); the gate itself trips over a bug in
-        # plugins/tidemark_airflow/reconciliation.py (another owner's code): Delta timestamps come
-        # back from delta-rs in microseconds and `astype("int64") // 10**6` turns them into
-        # seconds, so no row falls in the interval. Fixed there, this branch is never taken.
-        gate_blocked_by_plugin_bug = True
-    else:
-        gate_blocked_by_plugin_bug = False
-        assert failed_task is None and dags_test.returncode == 0, (
-            f"{failed_task} failed:\n{_task_log(airflow, failed_task) if failed_task else output[-4000:]}"
-        )
+    assert failed_task is None and dags_test.returncode == 0, (
+        f"{failed_task} failed:\n{_task_log(airflow, failed_task) if failed_task else output[-4000:]}"
+    )
 
     # Metadata in PostgreSQL: the connection, and every task run by a LocalExecutor worker process
     # (not in the `dags test` process itself).
@@ -224,9 +216,7 @@ def test_reconciliation_dag_on_postgres_and_local_executor_submits_through_the_s
         "ON dr.dag_id = ti.dag_id AND dr.run_id = ti.run_id WHERE ti.dag_id = :dag",
         dag=DAG_ID,
     )
-    ran = ["wait_for_watermark", "recompute_and_diff"] + (
-        [] if gate_blocked_by_plugin_bug else ["check_alignment"]
-    )
+    ran = ["wait_for_watermark", "recompute_and_diff", "data_quality", "check_alignment"]
     states = {t[0]: t[1] for t in tasks}
     assert {t: states.get(t) for t in ran} == dict.fromkeys(ran, "success"), output[-4000:]
     for task_id in ran:
@@ -236,9 +226,10 @@ def test_reconciliation_dag_on_postgres_and_local_executor_submits_through_the_s
         f"tasks did not run in executor workers: {tasks}"
     )
 
-    # The recompute ran on the cluster the connection names.
+    # The recompute and the data-quality job ran on the cluster the connection names.
     new_apps = [a for a in cluster.master_state()["completedapps"] if a["id"] not in apps_before]
-    assert len(new_apps) == 1 and "reconcile" in new_apps[0]["name"], new_apps
+    names = sorted(a["name"] for a in new_apps)
+    assert len(names) == 2 and "quality" in names[0] and "reconcile" in names[1], new_apps
 
     # What the DAG wrote and published.
     import pandas as pd
@@ -254,11 +245,6 @@ def test_reconciliation_dag_on_postgres_and_local_executor_submits_through_the_s
     oracle = oracle_good_records(Path(config.source.path))
     assert len(oracle) == run.truth.unique_events
     assert rows["batch_events"].sum() == sum(1 for r in oracle.values() if start <= r["event_time"] < end)
-    if gate_blocked_by_plugin_bug:
-        pytest.xfail(
-            "check_alignment: plugins/tidemark_airflow/reconciliation.py reads microsecond timestamps "
-            "as nanoseconds (no rows in the interval); everything before the gate passed"
-        )
     events = _database_rows(
         postgres_url,
         "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.name = :name",
