@@ -147,6 +147,21 @@ def test_reconciliation_dag_alerts_on_a_misaligned_hour_then_publishes_it_once_w
     assert event["source_dag_id"] == "tidemark_reconciliation__rec"
     assert len(http.posts) == 1 and len(smtp.messages) == 1
 
+    # The Tidemark view shows the hour's windows (window starts as committed, not in seconds
+    # since 1970) and serves the pages the DAG published.
+    from tidemark_airflow.pipelines import load_pipeline
+    from tidemark_airflow.view import pipeline_summary, render, report
+
+    summary = pipeline_summary(load_pipeline(config_path(config)))
+    assert [w["window_start"] for w in summary["reconciliation"]] == [
+        format_instant_ms(start + i * 60_000) for i in range(5)
+    ]
+    assert all(w["aligned"] and w["unexplained"] == 0 for w in summary["reconciliation"])
+    assert set(summary["reports"]) == {"reconciliation", "data-docs", "quality-history"}
+    page = render([summary])
+    assert misaligned[0] in page and 'href="reports/rec/reconciliation"' in page
+    assert Path(report("rec", "reconciliation").path) == pages["reconciliation"]
+
 
 def _states(run) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
