@@ -118,7 +118,6 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(job="quality_job", **kwargs)
-        self._outcome_path: Path | None = None
 
     def outcome_path(self, context) -> Path:
         from tidemark.quality import quality_root
@@ -131,11 +130,10 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
         from tidemark.timeutil import format_instant_ms
 
         start, end = interval_ms(context)
-        self._outcome_path = self.outcome_path(context)
         return [
             *("--config", self.config_path),
             *("--start", format_instant_ms(start), "--end", format_instant_ms(end)),
-            *("--outcome", str(self._outcome_path)),
+            *("--outcome", str(self.outcome_path(context))),
         ]
 
     def execute(self, context) -> dict[str, Any]:
@@ -147,7 +145,7 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
         from tidemark_airflow.alerts import Alert, send
 
         self.prepare(context)
-        path = self._outcome_path
+        path = self.outcome_path(context)
         path.unlink(missing_ok=True)  # never judge this run by an earlier run's verdict
         job_error = None
         try:
