@@ -334,9 +334,6 @@ def _read(config: PipelineConfig, table: str, columns: list[str] | None = None) 
     return DeltaTable(path).to_pandas(columns=columns)
 
 
-_ms = T.epoch_ms
-
-
 def _iso(values: pd.Series) -> pd.Series:
     return values.map(lambda v: None if v is None or v != v else format_instant_ms(int(v)))
 
@@ -412,13 +409,13 @@ def windows_frame(
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
     frame = pd.DataFrame(
         {
-            "window_start_ms": _ms(windows["window_start"]),
-            "window_end_ms": _ms(windows["window_end"]),
+            "window_start_ms": T.epoch_ms(windows["window_start"]),
+            "window_end_ms": T.epoch_ms(windows["window_end"]),
             "key": windows["key"],
             "events": windows["events"],
             "value_sum": windows["value_sum"],
             "batch_id": windows["batch_id"],
-            "low_watermark_ms": _ms(windows["low_watermark"]),
+            "low_watermark_ms": T.epoch_ms(windows["low_watermark"]),
         }
     )
     frame = frame[_in_range(frame["window_start_ms"], start_ms, end_ms)]
@@ -458,7 +455,7 @@ def reconciliation_frame(
     if rows is None or rows.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
     frame = rows[rows["status"] == "closed"].copy()
-    frame["window_start_ms"] = _ms(frame["window_start"])
+    frame["window_start_ms"] = T.epoch_ms(frame["window_start"])
     frame = frame[_in_range(frame["window_start_ms"], start_ms, end_ms)]
     batch = frame["batch_events"].astype("float64")
     frame["late_share"] = np.where(batch > 0, frame["late_events"] / batch.clip(lower=1), 0.0)
@@ -470,7 +467,7 @@ def stall_intervals(stalls: pd.DataFrame | None) -> list[tuple[int, int | None]]
     """Recorded stalls as (start, end) processing-time ms; an end of None means still open."""
     if stalls is None or stalls.empty:
         return []
-    starts, ends = _ms(stalls["started_at"]), _ms(stalls["ended_at"])
+    starts, ends = T.epoch_ms(stalls["started_at"]), T.epoch_ms(stalls["ended_at"])
     return [
         (int(s), None if e != e else int(e))
         for s, e in zip(starts, ends, strict=True)
@@ -547,7 +544,7 @@ def events_frame_local(
             "give a narrower --start/--end or use --spark"
         )
     frame = dataset.to_table(filter=condition).to_pandas()
-    frame["arrival_lead_ms"] = frame["event_time"] - _ms(frame["ingest_ts"])
+    frame["arrival_lead_ms"] = frame["event_time"] - T.epoch_ms(frame["ingest_ts"])
     return frame
 
 

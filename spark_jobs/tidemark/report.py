@@ -146,7 +146,7 @@ def load_report_data(
     config: PipelineConfig, start_ms: int | None = None, end_ms: int | None = None
 ) -> ReportData:
     """Everything the report plots, from the tables (closed windows with ``window_start`` in range)."""
-    from tidemark.quality import _in_range, _ms, stall_intervals
+    from tidemark.quality import _in_range, stall_intervals
 
     if start_ms is not None and end_ms is not None and end_ms <= start_ms:
         raise ConfigError(
@@ -160,7 +160,7 @@ def load_report_data(
             f"report: no reconciliation table at {config.table_path(T.RECONCILIATION)}; "
             "run `tidemark reconcile` first"
         )
-    rec = rec.assign(window_start_ms=_ms(rec["window_start"]))
+    rec = rec.assign(window_start_ms=T.epoch_ms(rec["window_start"]))
     rec = rec[_in_range(rec["window_start_ms"], start_ms, end_ms)]
     closed = rec[rec["status"] == "closed"].sort_values("window_start_ms")
 
@@ -168,7 +168,7 @@ def load_report_data(
     by_window: dict[int, list[tuple[str, int]]] = {}
     if late is not None and not late.empty:
         counts = (
-            late.assign(window_start_ms=_ms(late["window_start"]))
+            late.assign(window_start_ms=T.epoch_ms(late["window_start"]))
             .groupby(["window_start_ms", "host"])
             .size()
             .reset_index(name="n")
