@@ -160,17 +160,7 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
         self.log.info("data quality %s; published pages: %s", outcome["success"], pages)
         if outcome["success"]:
             return {"success": True, "failing": [], "pages": pages}
-        lines = [f"Data quality of {config.pipeline} [{outcome['start']}, {outcome['end']}): FAILED"]
-        for suite in outcome["suites"]:
-            for e in suite["expectations"]:
-                if e["success"]:
-                    continue
-                lines.append(
-                    f"  {e['name']} ({e['type']}): {e['unexpected_count'] or 0} unexpected, "
-                    f"observed {e['observed_value']}"
-                )
-                lines += ["      " + json.dumps(row, default=str) for row in e["sample_rows"][:3]]
-        lines += [f"{label}: {page}" for label, page in pages.items()]
+        lines = [outcome["text"], *(f"{label}: {page}" for label, page in pages.items())]
         failing = outcome["failing"]
         alert = Alert(
             alert_id=f"quality:{config.pipeline}:{outcome['start']}:{outcome['end']}:{context.get('run_id')}:"
@@ -186,12 +176,7 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
             details={
                 "failing": failing,
                 "pages": pages,
-                "samples": {
-                    e["name"]: e["sample_rows"][:3]
-                    for s in outcome["suites"]
-                    for e in s["expectations"]
-                    if not e["success"]
-                },
+                "samples": {name: rows[:3] for name, rows in outcome["samples"].items()},
             },
         )
         send(alert, config, context)

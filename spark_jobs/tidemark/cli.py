@@ -360,7 +360,8 @@ def cmd_report(args) -> int:
 
             from tidemark.liveness import write_json_atomic
 
-            write_json_atomic(Path(args.outcome), json.loads(outcome.to_json()))
+            written = {**json.loads(outcome.to_json()), "text": outcome.text(), "samples": outcome.samples}
+            write_json_atomic(Path(args.outcome), json.loads(json.dumps(written, default=str)))
     path = write_report(
         config,
         args.out if args.out is not None else report_path(config, args.quality_dir),
