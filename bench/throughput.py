@@ -16,8 +16,10 @@ one after the other:
   count, Delta sink);
 * ``exactly_once`` / ``at_least_once``: ``tidemark.stream`` with that mode.
 
-Rates are input lines / wall time (query start to end, JVM already warm), the same numerator
-for every system. Then: the per-batch fixed overhead (a tiny input, one small file per batch),
+Rates are input lines / wall time (query start to end), the same numerator for every system.
+Every system runs ``--rounds`` times (default 2), the order reversed in every other round so
+that no system always gets the coldest JVM; each system's fastest round is the one compared.
+Then: the per-batch fixed overhead (a tiny input, one small file per batch),
 where a Tidemark batch's time goes (its own phase timer, ``BatchSummary.phases``, and Spark's
 ``durationMs``), and the RSS of the driver JVM (local mode: driver and executors are one JVM)
 and the Python driver after N and 2N input events of the exactly_once run. Markdown; nothing is
@@ -180,6 +182,21 @@ def throughput_table(runs: dict[str, Run], lines: int) -> str:
     return md_table(headers, rows)
 
 
+def rounds_table(rounds: dict[str, list[Run]], order: list[str], lines: int) -> str:
+    """Every round's wall time, to show how much the machine moved under the figures."""
+    n = max(len(v) for v in rounds.values())
+    rows = [
+        [
+            LABELS[name],
+            *(f"{run.wall_s:.1f}" for run in rounds[name]),
+            f"{lines / min(r.wall_s for r in rounds[name]):,.0f}",
+        ]
+        for name in order
+    ]
+    headers = ["system", *(f"round {i + 1} wall (s)" for i in range(n)), "lines/s (fastest)"]
+    return md_table(headers, rows)
+
+
 def phase_table(runs: dict[str, Run]) -> str:
     rows = []
     for name in ("exactly_once", "at_least_once"):
@@ -263,6 +280,12 @@ def main() -> None:
     )
     parser.add_argument("--skip-overhead", action="store_true", help="skip the tiny-batch overhead runs")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "throughput")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="runs of every system, order alternating; the fastest counts",
+    )
     args = parser.parse_args()
 
     print(f"machine: {machine_line()}", flush=True)
@@ -279,11 +302,23 @@ def main() -> None:
         flush=True,
     )
     spark = session()
-    runs: dict[str, Run] = {}
-    for name in args.order.split(","):
-        runs[name] = run_system(spark, name, args.workdir, landing, args.files_per_trigger)
-        print(f"  {name}: {runs[name].wall_s:.1f}s, {runs[name].batches} batches ({load_line()})", flush=True)
+    order = args.order.split(",")
+    rounds: dict[str, list[Run]] = defaultdict(list)
+    for r in range(args.rounds):
+        # Every other round runs the systems in reverse order, so none of them always gets the
+        # coldest JVM or the warmest page cache.
+        names = order if r % 2 == 0 else order[::-1]
+        print(f"round {r + 1}: {', '.join(names)}", flush=True)
+        for name in names:
+            run = run_system(spark, name, args.workdir / f"round{r + 1}", landing, args.files_per_trigger)
+            rounds[name].append(run)
+            print(f"  {name}: {run.wall_s:.1f}s, {run.batches} batches ({load_line()})", flush=True)
+    # Each system's fastest round: the one least disturbed by whatever else ran on the machine.
+    runs = {name: min(rounds[name], key=lambda run: run.wall_s) for name in order}
     print()
+    if args.rounds > 1:
+        print(rounds_table(rounds, order, truth.lines))
+        print()
     print(throughput_table(runs, truth.lines))
     if "exactly_once" in runs or "at_least_once" in runs:
         print()

@@ -200,7 +200,8 @@ def _reason(rules: ValidationConfig) -> Column:
             wrong_type("key", "_t_key", "a string"),
         ),
         (
-            ~_absent("_t_value") & ~(
+            ~_absent("_t_value")
+            & ~(
                 F.col("_t_value").isin(*_INTEGER_TYPES, *_FLOAT_TYPES)
                 | F.col("_t_value").startswith("DECIMAL")
             ),

@@ -565,17 +565,22 @@ class BatchProcessor:
         return summary, new_state
 
     def _write_quarantine(self, bad: DataFrame, count: int, batch_id: int) -> None:
-        """Bad lines are usually a handful per batch: those are collected and written by delta-rs
-        (no Spark job per commit); a flood of them is written by Spark. Both commit under the
-        same (run, batch) app transaction, so either way a replay writes them once."""
+        """Bad lines: usually a handful per batch."""
         from pyspark.sql import functions as F
 
         quarantine = bad.select("raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts")
-        if count > QUARANTINE_COLLECT_MAX:
-            self.writer.write(quarantine, T.QUARANTINE, batch_id)
+        self._write_rows(quarantine, count, T.QUARANTINE, batch_id)
+
+    def _write_rows(self, frame: DataFrame, count: int, table: str, batch_id: int) -> None:
+        """Write ``count`` rows: few are collected and written by delta-rs (no Spark job per
+        commit), many by Spark. Both commit under the same (run, batch) app transaction, so
+        either way a replay writes them once, and both write the column types Spark would."""
+        if count > COLLECT_MAX_ROWS:
+            self.writer.write(frame, table, batch_id)
             return
-        rows = quarantine.toArrow()
-        self.writer.write_local(rows.cast(QUARANTINE_SCHEMA), T.QUARANTINE, batch_id)
+        rows = frame.toArrow()
+        nullable = pa.schema([f.with_nullable(True) for f in rows.schema])
+        self.writer.write_local(rows.cast(nullable), table, batch_id)
 
     def _write_events(
         self,
@@ -622,7 +627,7 @@ class BatchProcessor:
                 "source",
                 "low_watermark",
             )
-            self.writer.write(late_out, T.LATE_EVENTS, batch_id)
+            self._write_rows(late_out, late_count, T.LATE_EVENTS, batch_id)
 
     def _write_stall(
         self, batch_id: int, since: int, until: int | None, watermark: int | None, hosts: tuple[str, ...]
@@ -699,17 +704,8 @@ class ExpectedHosts:
 
 
 _TS = pa.timestamp("ms", tz="UTC")
-# Up to this many bad lines in a batch are written by delta-rs from the driver.
-QUARANTINE_COLLECT_MAX = 10_000
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        ("raw", pa.string()),
-        ("reason", pa.string()),
-        ("source", pa.string()),
-        ("batch_id", pa.int32()),  # Spark's type for the literal, as in tables it created
-        ("ingest_ts", pa.timestamp("us", tz="UTC")),
-    ]
-)
+# Up to this many quarantined or late rows of a batch are written by delta-rs from the driver.
+COLLECT_MAX_ROWS = 10_000
 HOST_SCHEMA = pa.schema([("host", pa.string()), ("progress_ms", pa.int64()), ("last_batch", pa.int64())])
 OPEN_SCHEMA = pa.schema(
     [
