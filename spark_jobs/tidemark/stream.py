@@ -51,6 +51,7 @@ from tidemark import reset as R
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
 from tidemark.config import ConfigError, PipelineConfig
+from tidemark.records import PARSED_COLUMNS as PARSED
 from tidemark.records import drop_blank_lines, parse_records, read_landing_files, read_upstream_events
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
 from tidemark.watermark import (
@@ -215,8 +216,11 @@ def build_stream(
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
-    parsed = parsed_source(spark, config, streaming=True, resume=resume).withColumn(
-        "ingest_ts", F.current_timestamp()
+    # The raw line is kept for the quarantine only: good rows do not shuffle or cache it.
+    bad_raw = F.when(F.col("reason").isNotNull(), F.col("raw")).alias("raw")
+    parsed = parsed_source(spark, config, streaming=True, resume=resume).select(
+        *(bad_raw if c == "raw" else c for c in PARSED),
+        F.current_timestamp().alias("ingest_ts"),
     )
     if config.mode == "at_least_once":
         return parsed

@@ -1,0 +1,210 @@
+"""Latency cost of each watermark: processing time from a window's end to its commit, live.
+
+    .venv/bin/python bench/latency.py [--hosts 10000] [--minutes 14] [--rate 1]
+        [--lag-minutes 10] [--regimes 0,0.0005,0.005] [--trigger 10s]
+
+Every regime's scenario is written live (``tidemark.generator.generate_live``: event time is
+now, each one-minute file lands when its minute has passed; lagging hosts are in a collector
+outage of ``--lag-minutes`` from minute 1, their records landing in one burst when it ends).
+While it is written, two streaming queries per regime read the same landing directory with a
+``--trigger`` processing-time trigger, all in one Spark session, all regimes at once:
+
+* Tidemark, precision 0.999 (``tidemark.stream``; ``windows.committed_at`` is when the window's
+  row was committed);
+* the plain Spark job of :mod:`benchlib` (``withWatermark(event_time, "2 minutes")``, windowed
+  count, Delta), through ``foreachBatch`` so that each window row carries the wall-clock time of
+  its batch's write.
+
+Per system and regime: median and p99 of ``commit time - window end`` over the windows it
+closed, and how many it closed. The queries stop ``--grace`` after the last file. Markdown;
+nothing is asserted. Work directory: ``var/bench/latency``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np
+from benchlib import (
+    DEFAULT_WORKDIR,
+    baseline_events,
+    load_line,
+    machine_line,
+    md_table,
+    pipeline_config,
+    session,
+)
+
+from tidemark import tables as T
+from tidemark.generator import Scenario, generate_live
+from tidemark.stream import start_stream
+from tidemark.timeutil import parse_duration_ms
+
+TARGET = 0.999
+
+
+def start_baseline(spark, landing: Path, out: Path, trigger_ms: int):
+    """The plain Spark job, live: each batch's closed windows stamped with their write time."""
+    from pyspark.sql import functions as F
+
+    counts = (
+        baseline_events(spark, landing, 1000)
+        .withWatermark("ts", "2 minutes")
+        .groupBy(F.window("ts", "1 minute"), "key")
+        .count()
+        .select(F.unix_millis("window.start").alias("window_start_ms"), "key", F.col("count").alias("events"))
+    )
+
+    def write(batch, _batch_id: int) -> None:
+        stamped = batch.withColumn("committed_at_ms", F.lit(int(time.time() * 1000)))
+        stamped.write.format("delta").mode("append").save(str(out / "windows"))
+
+    return (
+        counts.writeStream.outputMode("append")
+        .foreachBatch(write)
+        .option("checkpointLocation", str(out / "_checkpoint"))
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start()
+    )
+
+
+def latency_row(label: str, system: str, ends_ms: np.ndarray, commits_ms: np.ndarray, expected: int):
+    if len(ends_ms) == 0:
+        return [label, system, f"0/{expected}", "-", "-", "-"]
+    lat = (commits_ms - ends_ms) / 1000
+    return [
+        label,
+        system,
+        f"{len(lat)}/{expected}",
+        f"{np.median(lat):.1f}",
+        f"{np.percentile(lat, 99):.1f}",
+        f"{lat.max():.1f}",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--minutes", type=int, default=14)
+    parser.add_argument("--rate", type=int, default=1, help="events per host per minute")
+    parser.add_argument("--lag-minutes", type=float, default=10.0)
+    parser.add_argument("--regimes", default="0,0.0005,0.005", help="comma-separated lagging-host shares")
+    parser.add_argument("--trigger", default="10s", help="processing-time trigger of every query")
+    parser.add_argument("--grace", default="3m", help="how long the queries run after the last file")
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "latency")
+    args = parser.parse_args()
+    trigger_ms, grace_ms = parse_duration_ms(args.trigger), parse_duration_ms(args.grace)
+
+    print(f"machine: {machine_line()}", flush=True)
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    spark = session()
+    regimes = [float(x) for x in args.regimes.split(",")]
+    runs = []
+    for share in regimes:
+        root = args.workdir / f"lag-{share}"
+        landing = root / "landing"
+        landing.mkdir(parents=True)
+        s = Scenario(
+            hosts=args.hosts,
+            minutes=args.minutes,
+            events_per_host_per_minute=args.rate,
+            lag_share=share,
+            lag_minutes=args.lag_minutes,
+            lag_start_minute=1,
+            duplicate_rate=0.0,
+            malformed_rate=0.0,
+        )
+        label = (
+            "no lag"
+            if share == 0
+            else f"{share:.2%} lagging {args.lag_minutes:g} min ({len(s.lagging_hosts())} hosts)"
+        )
+        runs.append((label, s, root, landing))
+
+    # Spark's own default (no-data batches on) for the baseline; Tidemark's sessions turn it off.
+    # Each query keeps the setting it started with.
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    queries = [start_baseline(spark, landing, root / "baseline", trigger_ms) for _, _, root, landing in runs]
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    configs = []
+    for _, _, root, landing in runs:
+        config = pipeline_config(
+            root,
+            "tidemark",
+            landing,
+            1000,
+            trigger_interval=args.trigger,
+            watermark={"precision": TARGET, "lag_threshold": "2m", "stall_after": "0ms"},
+        )
+        query, _ = start_stream(spark, config, once=False, echo=lambda m: None)
+        queries.append(query)
+        configs.append(config)
+
+    writers = [
+        threading.Thread(target=generate_live, args=(s, landing), daemon=True) for _, s, _, landing in runs
+    ]
+    started = time.monotonic()
+    for w in writers:
+        w.start()
+    print(f"writing {len(runs)} live scenarios of {args.minutes} min ({load_line()})", flush=True)
+    for w in writers:
+        w.join()
+    print(f"last file written after {time.monotonic() - started:.0f}s; grace {args.grace}", flush=True)
+    time.sleep(grace_ms / 1000)
+    for q in queries:
+        q.stop()
+    print(f"stopped ({load_line()})", flush=True)
+
+    rows = []
+    for (label, s, root, _), config in zip(runs, configs, strict=True):
+        windows = (
+            T.read_local(config.table_path(T.WINDOWS))
+            if T.table_exists(config.table_path(T.WINDOWS))
+            else None
+        )
+        if windows is not None and len(windows):
+            per = (
+                windows.assign(
+                    end=T.epoch_ms(windows["window_end"]), commit=T.epoch_ms(windows["committed_at"])
+                )
+                .groupby("end")["commit"]
+                .max()
+            )
+            rows.append(
+                latency_row(label, "Tidemark, precise 0.999", per.index.to_numpy(), per.to_numpy(), s.minutes)
+            )
+        else:
+            rows.append(latency_row(label, "Tidemark, precise 0.999", np.array([]), np.array([]), s.minutes))
+        path = str(root / "baseline" / "windows")
+        if T.table_exists(path):
+            base = T.read_local(path)
+            per = base.groupby("window_start_ms")["committed_at_ms"].min()
+            ends = per.index.to_numpy(dtype="int64") + 60_000
+            rows.append(
+                latency_row(label, 'Spark withWatermark("2 minutes")', ends, per.to_numpy(), s.minutes)
+            )
+        else:
+            rows.append(
+                latency_row(label, 'Spark withWatermark("2 minutes")', np.array([]), np.array([]), s.minutes)
+            )
+    spark.stop()
+    print()
+    print(
+        md_table(
+            ["regime", "system", "windows closed", "median latency (s)", "p99 latency (s)", "max (s)"],
+            rows,
+            "llrrrr",
+        )
+    )
+    print(f"\nfinished: {load_line()}")
+
+
+if __name__ == "__main__":
+    main()
