@@ -134,10 +134,10 @@ def main() -> None:
     queries = [start_baseline(spark, landing, root / "baseline", trigger_ms) for _, _, root, landing in runs]
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     configs = []
-    for _, _, root, landing in runs:
+    for i, (_, _, root, landing) in enumerate(runs):
         config = pipeline_config(
             root,
-            "tidemark",
+            f"latency-{i}",  # query names must differ
             landing,
             1000,
             trigger_interval=args.trigger,
