@@ -227,9 +227,9 @@ def build_stream(
     # One pass over the source: every row goes through the dedup operator. An event's key is
     # its event_id; a heartbeat or bad line cannot be a retry, so its key is a single-use
     # random UUID that no other row has (the NULLs keep the two kinds of key apart whatever an
-    # event_id holds). Routing those rows around the operator instead needs a
-    # union of two scans of the source, which parses every line twice (+45% batch time at 1M
-    # lines); the price of one pass is a catalog key per heartbeat and bad line for a horizon.
+    # event_id holds). Routing those rows around the operator instead needs a union of two
+    # scans of the source, which parses every line twice (+45% batch time at 1M lines); the
+    # price of one pass is a catalog key per heartbeat and bad line for a horizon.
     # A replayed batch draws other UUIDs: harmless, since the attempt that crashed never
     # committed its state version.
     is_event = is_event_col()
