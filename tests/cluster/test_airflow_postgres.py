@@ -212,15 +212,20 @@ def test_reconciliation_dag_on_postgres_and_local_executor_submits_through_the_s
     assert stored == [("spark", "127.0.0.1", int(cluster.url.rsplit(":", 1)[1]))]
     tasks = _database_rows(
         postgres_url,
-        "SELECT ti.task_id, ti.state, ti.pid FROM task_instance ti JOIN dag_run dr "
+        "SELECT ti.task_id, ti.state, ti.pid, ti.id FROM task_instance ti JOIN dag_run dr "
         "ON dr.dag_id = ti.dag_id AND dr.run_id = ti.run_id WHERE ti.dag_id = :dag",
         dag=DAG_ID,
     )
     ran = ["wait_for_watermark", "recompute_and_diff", "data_quality", "check_alignment"]
     states = {t[0]: t[1] for t in tasks}
     assert {t: states.get(t) for t in ran} == dict.fromkeys(ran, "success"), output[-4000:]
+    # Each task's workload ran under a LocalExecutor worker's supervisor, which logs its end. (The
+    # scheduler's "TaskInstance Finished ... executor=LocalExecutor" line is not proof either way:
+    # when the last task ends first, the run can finish and the executor shut down before the
+    # event of a task whose supervisor is still exiting is logged.)
+    ids = {t[0]: t[3] for t in tasks}
     for task_id in ran:
-        finished = rf"TaskInstance Finished: .*task_id={task_id},.*state=success, executor=LocalExecutor\("
+        finished = rf"Workload finished .*final_state=success .*workload_id={ids[task_id]}"
         assert re.search(finished, output), f"{task_id} was not run by the LocalExecutor:\n{output[-4000:]}"
     assert all(t[2] and t[2] != dags_test.pid for t in tasks if t[0] in ran), (
         f"tasks did not run in executor workers: {tasks}"
