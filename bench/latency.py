@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
+from accuracy import regime_label, scenario_for
 from benchlib import (
     DEFAULT_WORKDIR,
     baseline_events,
@@ -43,7 +44,7 @@ from benchlib import (
 )
 
 from tidemark import tables as T
-from tidemark.generator import Scenario, generate_live
+from tidemark.generator import generate_live
 from tidemark.stream import start_stream
 from tidemark.timeutil import parse_duration_ms
 
@@ -96,6 +97,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1, help="events per host per minute")
     parser.add_argument("--lag-minutes", type=float, default=10.0)
     parser.add_argument("--regimes", default="0,0.0005,0.005", help="comma-separated lagging-host shares")
+    parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--trigger", default="10s", help="processing-time trigger of every query")
     parser.add_argument("--grace", default="3m", help="how long the queries run after the last file")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "latency")
@@ -111,21 +113,8 @@ def main() -> None:
         root = args.workdir / f"lag-{share}"
         landing = root / "landing"
         landing.mkdir(parents=True)
-        s = Scenario(
-            hosts=args.hosts,
-            minutes=args.minutes,
-            events_per_host_per_minute=args.rate,
-            lag_share=share,
-            lag_minutes=args.lag_minutes,
-            lag_start_minute=1,
-            duplicate_rate=0.0,
-            malformed_rate=0.0,
-        )
-        label = (
-            "no lag"
-            if share == 0
-            else f"{share:.2%} lagging {args.lag_minutes:g} min ({len(s.lagging_hosts())} hosts)"
-        )
+        s = scenario_for(args, share)  # the accuracy benchmark's scenario, written live
+        label = regime_label(s)
         runs.append((label, s, root, landing))
 
     # Spark's own default (no-data batches on) for the baseline; Tidemark's sessions turn it off.
