@@ -59,6 +59,11 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
     """``lines(raw string, source string, arrival_ms long)`` -> :data:`PARSED_COLUMNS`.
 
     ``reason`` is NULL for a good record or heartbeat, else a one-line explanation.
+
+    Do not ``where()`` on the result directly: Spark pushes the filter below these projections
+    and inlines the validation into the predicate, which then re-parses the line once per
+    reference (10× the time). Filter after a cache or an aggregation, as the stream and
+    :func:`tidemark.reconcile.recompute_windows` do.
     """
     from pyspark.sql import functions as F
 
