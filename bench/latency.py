@@ -153,36 +153,19 @@ def main() -> None:
 
     rows = []
     for (label, s, root, _), config in zip(runs, configs, strict=True):
-        windows = (
-            T.read_local(config.table_path(T.WINDOWS))
-            if T.table_exists(config.table_path(T.WINDOWS))
-            else None
-        )
-        if windows is not None and len(windows):
-            per = (
-                windows.assign(
-                    end=T.epoch_ms(windows["window_end"]), commit=T.epoch_ms(windows["committed_at"])
-                )
-                .groupby("end")["commit"]
-                .max()
-            )
-            rows.append(
-                latency_row(label, "Tidemark, precise 0.999", per.index.to_numpy(), per.to_numpy(), s.minutes)
-            )
-        else:
-            rows.append(latency_row(label, "Tidemark, precise 0.999", np.array([]), np.array([]), s.minutes))
-        path = str(root / "baseline" / "windows")
-        if T.table_exists(path):
-            base = T.read_local(path)
-            per = base.groupby("window_start_ms")["committed_at_ms"].min()
-            ends = per.index.to_numpy(dtype="int64") + 60_000
-            rows.append(
-                latency_row(label, 'Spark withWatermark("2 minutes")', ends, per.to_numpy(), s.minutes)
-            )
-        else:
-            rows.append(
-                latency_row(label, 'Spark withWatermark("2 minutes")', np.array([]), np.array([]), s.minutes)
-            )
+        ends, commits = np.array([]), np.array([])
+        if T.table_exists(config.table_path(T.WINDOWS)):
+            windows = T.read_local(config.table_path(T.WINDOWS))
+            end, commit = T.epoch_ms(windows["window_end"]), T.epoch_ms(windows["committed_at"])
+            per = windows.assign(end=end, commit=commit).groupby("end")["commit"].max()
+            ends, commits = per.index.to_numpy(), per.to_numpy()
+        rows.append(latency_row(label, "Tidemark, precise 0.999", ends, commits, s.minutes))
+        ends, commits = np.array([]), np.array([])
+        baseline = str(root / "baseline" / "windows")
+        if T.table_exists(baseline):
+            per = T.read_local(baseline).groupby("window_start_ms")["committed_at_ms"].min()
+            ends, commits = per.index.to_numpy(dtype="int64") + 60_000, per.to_numpy()
+        rows.append(latency_row(label, 'Spark withWatermark("2 minutes")', ends, commits, s.minutes))
     spark.stop()
     print()
     print(

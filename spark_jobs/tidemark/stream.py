@@ -486,7 +486,10 @@ class BatchProcessor:
         global_lw = server.global_low_watermark
 
         if n_bad:
-            self._write_quarantine(batch.where(~ok), n_bad, batch_id)
+            quarantine = batch.where(~ok).select(
+                "raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts"
+            )
+            self._write_rows(quarantine, n_bad, T.QUARANTINE, batch_id)
             phases.lap("write_quarantine")
         late_count = counts["late"]
         if n_events:
@@ -567,13 +570,6 @@ class BatchProcessor:
             open_windows=remaining[OPEN_COLUMNS].reset_index(drop=True),
         )
         return summary, new_state
-
-    def _write_quarantine(self, bad: DataFrame, count: int, batch_id: int) -> None:
-        """Bad lines: usually a handful per batch."""
-        from pyspark.sql import functions as F
-
-        quarantine = bad.select("raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts")
-        self._write_rows(quarantine, count, T.QUARANTINE, batch_id)
 
     def _write_rows(self, frame: DataFrame, count: int, table: str, batch_id: int) -> None:
         """Write ``count`` rows: few are collected and written by delta-rs (no Spark job per
