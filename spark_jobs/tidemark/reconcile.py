@@ -14,8 +14,9 @@ with the same :func:`tidemark.aggregate.aggregate_windows`. Per window (summed o
   record is counted once in windows or in late events.
 
 Windows the stream has not closed yet (end after its watermark) are reported as ``open`` and
-do not count towards alignment. Results replace the range's rows in the ``reconciliation``
-table, so re-running a range never duplicates them.
+do not count towards alignment. Only the recompute is a Spark job: the stream's side is read with
+delta-rs and the diff runs in pandas, one row per window and key. Results replace the range's rows
+in the ``reconciliation`` table, so re-running a range never duplicates them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tidemark.stream import parsed_source
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -180,21 +182,34 @@ def stream_watermark(config: PipelineConfig) -> int | None:
     return int(marks.max()) if len(marks) else None
 
 
-def _per_key(spark: SparkSession, config: PipelineConfig, table: str, start_ms: int, end_ms: int):
-    from pyspark.sql import functions as F
+def _per_key(config: PipelineConfig, table: str, start_ms: int, end_ms: int) -> pd.DataFrame:
+    """``(window_start_ms, key, n)`` of the stream's ``windows`` (events summed) or ``late_events``
+    (rows counted) in ``[start, end)``, read with delta-rs: one row per window and key, few
+    enough for the driver (the stream keeps its open windows there too), so the diff needs no
+    Spark job."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
 
     path = config.table_path(table)
-    schema = "window_start_ms long, key string, n long"
     if not T.table_exists(path):
-        return spark.createDataFrame([], schema)
-    frame = T.read_table(spark, path).select(
-        F.unix_millis("window_start").alias("window_start_ms"),
-        "key",
-        *(["events"] if table == T.WINDOWS else []),
+        return pd.DataFrame(
+            {
+                name: pd.Series(dtype=dtype)
+                for name, dtype in (("window_start_ms", "int64"), ("key", "object"), ("n", "int64"))
+            }
+        )
+    ts = pa.timestamp("us", tz="UTC")
+    in_range = (pc.field("window_start") >= pa.scalar(start_ms * 1000, ts)) & (
+        pc.field("window_start") < pa.scalar(end_ms * 1000, ts)
     )
-    frame = frame.where((F.col("window_start_ms") >= start_ms) & (F.col("window_start_ms") < end_ms))
-    measure = F.sum("events") if table == T.WINDOWS else F.count(F.lit(1))
-    return frame.groupBy("window_start_ms", "key").agg(measure.cast("long").alias("n"))
+    columns = ["window_start", "key"] + (["events"] if table == T.WINDOWS else [])
+    rows = DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns, filter=in_range).to_pandas()
+    rows["window_start_ms"] = T.epoch_ms(rows["window_start"]).astype("int64")
+    grouped = rows.groupby(["window_start_ms", "key"], dropna=False)
+    counts = grouped["events"].sum() if table == T.WINDOWS else grouped.size()
+    return counts.astype("int64").rename("n").reset_index()
 
 
 def reconcile(
@@ -217,32 +232,23 @@ def reconcile(
     target = config.reconcile.target if target is None else target
     watermark = stream_watermark(config)
 
-    batch = recompute_windows(spark, config, start_ms, end_ms).select(
-        "window_start_ms", "key", F.col("events").alias("batch")
+    batch = (
+        recompute_windows(spark, config, start_ms, end_ms)
+        .select("window_start_ms", "key", F.col("events").alias("batch"))
+        .toPandas()
+        .astype({"window_start_ms": "int64", "batch": "int64"})
     )
-    stream = _per_key(spark, config, T.WINDOWS, start_ms, end_ms).withColumnRenamed("n", "stream")
-    late = _per_key(spark, config, T.LATE_EVENTS, start_ms, end_ms).withColumnRenamed("n", "late")
-    joined = (
-        batch.join(stream, ["window_start_ms", "key"], "full_outer")
-        .join(late, ["window_start_ms", "key"], "full_outer")
-        .na.fill(0, ["batch", "stream", "late"])
+    stream = _per_key(config, T.WINDOWS, start_ms, end_ms).rename(columns={"n": "stream"})
+    late = _per_key(config, T.LATE_EVENTS, start_ms, end_ms).rename(columns={"n": "late"})
+    joined = batch.merge(stream, on=["window_start_ms", "key"], how="outer").merge(
+        late, on=["window_start_ms", "key"], how="outer"
     )
-    per_window = (
-        joined.groupBy("window_start_ms")
-        .agg(
-            F.sum("stream").alias("stream_events"),
-            F.sum("batch").alias("batch_events"),
-            F.sum("late").alias("late_events"),
-            F.sum(F.abs(F.col("stream") - F.col("batch"))).alias("abs_diff"),
-        )
-        .orderBy("window_start_ms")
-        .collect()
-    )
+    joined[["batch", "stream", "late"]] = joined[["batch", "stream", "late"]].fillna(0).astype("int64")
+    joined["abs_diff"] = (joined["stream"] - joined["batch"]).abs()
+    per_window = joined.groupby("window_start_ms")[["stream", "batch", "late", "abs_diff"]].sum().sort_index()
     windows: list[WindowResult] = []
-    for row in per_window:
-        ws = int(row["window_start_ms"])
-        stream_n, batch_n = int(row["stream_events"]), int(row["batch_events"])
-        late_n, diff = int(row["late_events"]), int(row["abs_diff"])
+    for ws, row in zip(per_window.index.tolist(), per_window.itertuples(index=False), strict=True):
+        stream_n, batch_n, late_n, diff = int(row.stream), int(row.batch), int(row.late), int(row.abs_diff)
         closed = watermark is not None and ws + size <= watermark
         if not closed:
             alignment, aligned = None, None
@@ -268,45 +274,79 @@ def reconcile(
         )
     report = ReconcileReport(config.pipeline, start_ms, end_ms, target, watermark, windows)
     if write:
-        write_report(spark, config, report)
+        write_report(config, report)
     return report
 
 
-RECONCILIATION_SCHEMA = (
-    "window_start_ms long, window_end_ms long, status string, stream_events long, "
-    "batch_events long, late_events long, abs_diff long, alignment double, aligned boolean, "
-    "unexplained long"
-)
+def reconciliation_schema():
+    """The ``reconciliation`` table's columns (Spark's types: timestamps in UTC microseconds)."""
+    import pyarrow as pa
 
-
-def write_report(spark: SparkSession, config: PipelineConfig, report: ReconcileReport) -> None:
-    """Replace the range's rows in the reconciliation table (idempotent per range)."""
-    from pyspark.sql import functions as F
-
-    rows = [asdict(w) for w in report.windows]
-    frame = (
-        spark.createDataFrame(rows, RECONCILIATION_SCHEMA)
-        if rows
-        else spark.createDataFrame([], RECONCILIATION_SCHEMA)
-    )
-    frame = frame.select(
-        F.lit(config.pipeline).alias("pipeline"),
-        F.timestamp_millis("window_start_ms").alias("window_start"),
-        F.timestamp_millis("window_end_ms").alias("window_end"),
-        *[c for c in RECONCILIATION_SCHEMA_COLUMNS if c not in ("window_start_ms", "window_end_ms")],
-        F.lit(report.target).alias("target"),
-        F.timestamp_millis(F.lit(report.stream_watermark_ms)).alias("stream_watermark"),
-        F.timestamp_millis(F.lit(now_ms())).alias("reconciled_at"),
-    )
-    start = format_instant_ms(report.start_ms)
-    end = format_instant_ms(report.end_ms)
-    predicate = f"window_start >= '{start}' AND window_start < '{end}'"
-    (
-        frame.write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", predicate)
-        .save(config.table_path(T.RECONCILIATION))
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [
+            ("pipeline", pa.string()),
+            ("window_start", ts),
+            ("window_end", ts),
+            ("status", pa.string()),
+            ("stream_events", pa.int64()),
+            ("batch_events", pa.int64()),
+            ("late_events", pa.int64()),
+            ("abs_diff", pa.int64()),
+            ("alignment", pa.float64()),
+            ("aligned", pa.bool_()),
+            ("unexplained", pa.int64()),
+            ("target", pa.float64()),
+            ("stream_watermark", ts),
+            ("reconciled_at", ts),
+        ]
     )
 
 
-RECONCILIATION_SCHEMA_COLUMNS = [part.split()[0] for part in RECONCILIATION_SCHEMA.split(", ")]
+def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
+    """Replace the range's rows in the reconciliation table (idempotent per range).
+
+    A few rows per window, written from the driver by delta-rs: no Spark job (about a second
+    less per reconciliation than a Spark write with ``replaceWhere``)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    schema = reconciliation_schema()
+    n = len(report.windows)
+
+    def micros(ms: int | None) -> int | None:
+        return None if ms is None else ms * 1000
+
+    columns = {name: [getattr(w, name) for w in report.windows] for name in RECONCILED_FIELDS}
+    data = pa.table(
+        {
+            "pipeline": [config.pipeline] * n,
+            "window_start": [micros(w.window_start_ms) for w in report.windows],
+            "window_end": [micros(w.window_end_ms) for w in report.windows],
+            **columns,
+            "target": [report.target] * n,
+            "stream_watermark": [micros(report.stream_watermark_ms)] * n,
+            "reconciled_at": [micros(now_ms())] * n,
+        },
+        schema=schema,
+    )
+    path = config.table_path(T.RECONCILIATION)
+    if not T.table_exists(path):
+        write_deltalake(path, data, mode="append")
+        return
+    lo, hi = format_instant_ms(report.start_ms), format_instant_ms(report.end_ms)
+    predicate = f"window_start >= '{lo}' AND window_start < '{hi}'"
+    write_deltalake(path, data, mode="overwrite", predicate=predicate)
+
+
+# WindowResult fields stored as they are (the window bounds are stored as timestamps).
+RECONCILED_FIELDS = [
+    "status",
+    "stream_events",
+    "batch_events",
+    "late_events",
+    "abs_diff",
+    "alignment",
+    "aligned",
+    "unexplained",
+]

@@ -55,6 +55,13 @@ HOST_PROGRESS = "_state/host_progress"
 OPEN_WINDOWS = "_state/open_windows"
 IDENTITY_FILE = "_tidemark.json"
 
+# Delta collects min/max/null-count statistics for these columns of ``events`` only (by default
+# it takes the first 32): the ones readers filter on (batch, event time, window, arrival, host).
+# Statistics for every column cost a quarter of the write (1M rows: 1.86 s -> 1.35 s). Set when
+# the table is created; an older table keeps its own (``ALTER TABLE ... SET TBLPROPERTIES``).
+EVENTS_STATS_COLUMNS = "batch_id,event_time,window_start,ingest_ts,host"
+CREATE_OPTIONS = {EVENTS: {"delta.dataSkippingStatsColumns": EVENTS_STATS_COLUMNS}}
+
 
 class IdentityError(RuntimeError):
     """Checkpoint and tables do not belong together; starting would skip or repeat writes."""
@@ -222,7 +229,8 @@ class TableWriter:
             .option("txnVersion", batch_id)
             .option("userMetadata", json.dumps({"tidemark_batch": batch_id}))
         )
-        for key, value in (options or {}).items():
+        # Table properties for a table this write creates (Delta ignores them on appends).
+        for key, value in {**CREATE_OPTIONS.get(table, {}), **(options or {})}.items():
             writer = writer.option(key, value)
         writer.save(self.path(table))
         faults.reached(f"after:{table}", batch_id)

@@ -97,3 +97,13 @@ def test_good_record_fields_are_typed(parsed):
 def test_heartbeat_is_valid_and_flagged(parsed):
     row = parsed['{"host":"h1","event_time":1763805601123,"heartbeat":true}']
     assert row["reason"] is None and row["heartbeat"] is True
+
+
+def test_blank_lines_are_separators_and_every_other_line_is_kept(spark):
+    from tidemark.records import drop_blank_lines
+
+    lines = ["", "   ", GOOD, "  " + GOOD, "{", "x", " \t "]
+    frame = spark.createDataFrame([(line,) for line in lines], "raw string")
+    kept = [r["raw"] for r in drop_blank_lines(frame).collect()]
+    # Spark's trim strips spaces only: a line with a tab is not blank; it is quarantined later.
+    assert sorted(kept) == sorted([GOOD, "  " + GOOD, "{", "x", " \t "])

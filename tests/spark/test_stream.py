@@ -122,6 +122,25 @@ def test_late_records_are_the_lagging_hosts_and_their_window_was_closed(spark, s
     assert manifest["lagging_hosts"] == scenario.lagging_hosts()
 
 
+def test_events_file_statistics_cover_the_filter_columns_only(spark, streamed):
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from tidemark.tables import EVENTS_STATS_COLUMNS
+
+    config, *_ = streamed
+    table = DeltaTable(config.table_path("events"))
+    assert table.metadata().configuration["delta.dataSkippingStatsColumns"] == EVENTS_STATS_COLUMNS
+    wanted = set(EVENTS_STATS_COLUMNS.split(","))
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    with_min = {
+        k.removeprefix("min.")
+        for k, v in adds.items()
+        if k.startswith("min.") and any(x is not None for x in v)
+    }
+    assert with_min == wanted  # event_id, key, value, source ... carry no statistics
+
+
 def test_running_again_changes_nothing(spark, streamed):
     config, *_ = streamed
     before = {t: _table(spark, config, t).count() for t in ("events", "windows", "late_events", "watermarks")}
