@@ -15,6 +15,8 @@ rounds, each timing in turn:
 * ``tidemark reconcile``: :func:`tidemark.reconcile.reconcile` over the scenario's range (parse
   and validate, drop retries, aggregate, three-way diff with the stream's windows and late
   events, write the ``reconciliation`` rows) — what ``tidemark reconcile`` runs;
+* ``tidemark: the recompute alone``: :func:`tidemark.reconcile.recompute_windows` collected, so
+  the diff's share is the difference of the two rows;
 * ``datacompy``: the batch recompute (same function) written to a Delta table, then
   ``datacompy.spark.SparkSQLCompare`` of the stream's ``windows`` table against it joined on
   (window_start, key), with ``matches()`` and ``report()``; reported as the two parts and their
@@ -95,6 +97,9 @@ def main() -> None:
         report = reconcile(spark, config, start_ms, end_ms)
         return report.totals()["unexplained"]
 
+    def recompute_only() -> int:
+        return len(recompute_windows(spark, config, start_ms, end_ms).collect())
+
     def materialize() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
         recompute_windows(spark, config, start_ms, end_ms).select(
@@ -120,6 +125,7 @@ def main() -> None:
         ("read-and-count as JSON (spark.read.json.count, schema inferred)", json_count),
         ("read + from_json + count", parse_count),
         ("tidemark reconcile (recompute-and-diff, writes its table)", tidemark),
+        ("tidemark: the recompute alone, (window, key) rows collected", recompute_only),
     ]
     if SparkSQLCompare is not None:
         steps += [

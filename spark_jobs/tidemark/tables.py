@@ -255,6 +255,8 @@ class TableWriter:
             path,
             data,
             mode=mode,
+            # Table properties for a table this write creates (ignored by delta-rs otherwise).
+            configuration=CREATE_OPTIONS.get(table),
             schema_mode="overwrite" if mode == "overwrite" else ("merge" if merge_schema else None),
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id, batch_id)],

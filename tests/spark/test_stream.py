@@ -189,3 +189,28 @@ def test_at_least_once_mode_skips_deduplication(spark, tmp_path):
     assert events.count() == truth.unique_events + truth.duplicate_copies
     assert events.select("event_id").distinct().count() == truth.unique_events
     assert _table(spark, config, "quarantine").count() == truth.malformed_lines
+
+
+def test_large_batches_are_written_by_spark_with_the_same_result(spark, tmp_path, monkeypatch):
+    """Batches over COLLECT_MAX_ROWS rows go through Spark's Delta writer (the path of every
+    production-sized batch; the small test batches otherwise take delta-rs's)."""
+    from deltalake import DeltaTable
+
+    import tidemark.stream as stream
+    from tidemark.tables import EVENTS_STATS_COLUMNS
+
+    monkeypatch.setattr(stream, "COLLECT_MAX_ROWS", 0)
+    config = write_config(tmp_path, name="big")
+    truth = generate_files(small_scenario(seed=17), config.source.path)
+    run_stream(spark, config, once=True, echo=lambda m: None)
+    events = DeltaTable(config.table_path("events"))
+    # Every commit of events, late events and quarantine is Spark's (delta-rs signs its own).
+    for table in ("events", "late_events", "quarantine"):
+        history = DeltaTable(config.table_path(table)).history()
+        assert history and all("Apache-Spark" in str(c.get("engineInfo", "")) for c in history), table
+    assert events.metadata().configuration["delta.dataSkippingStatsColumns"] == EVENTS_STATS_COLUMNS
+    assert events.to_pyarrow_dataset().count_rows() == truth.unique_events
+    combined, late, duplicate_rows = stream_window_counts(spark, config)
+    assert late and duplicate_rows == 0
+    assert combined == oracle_window_counts(Path(config.source.path))
+    assert _table(spark, config, "quarantine").count() == truth.malformed_lines
