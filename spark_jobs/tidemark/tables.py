@@ -17,10 +17,10 @@ _state/*       host progress and open-window partial sums, overwritten every bat
 
 Every write of batch N carries Delta's ``txnAppId``/``txnVersion`` = (run identity, N): Delta skips
 a write whose version it has already committed for that app id, so a replayed batch changes
-nothing. Frames that come from executors (events, late events, quarantine) are written by Spark;
-the small frames the driver computes (closed windows, state, the watermark row) are written by
-delta-rs (the ``deltalake`` package) with the same app-transaction check, which saves a Spark
-job and most of a second per write.
+nothing. Frames that come from executors (events, late events, quarantine) are written by Spark
+when they are large and collected to the driver when they are small; the driver's frames (those,
+closed windows, state, the watermark row) are written by delta-rs (the ``deltalake`` package)
+with the same app-transaction check, which saves a Spark job and most of a second per write.
 
 The run identity lives in the checkpoint *and* beside the tables; a job whose checkpoint
 is missing or belongs to other tables refuses to start instead of skipping or repeating writes.
