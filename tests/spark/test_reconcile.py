@@ -81,3 +81,19 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["stream", "--config", str(bad)]) == EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("tidemark: error: config") and "window:" in err
+
+
+def test_before_the_stream_wrote_anything_every_window_is_open_with_the_batch_counts(spark, tmp_path):
+    from pathlib import Path
+
+    config = write_config(tmp_path, name="fresh")
+    scenario = small_scenario(seed=5, minutes=3)
+    generate_files(scenario, config.source.path)
+    report = reconcile(spark, config, scenario.start_ms, scenario.end_ms)  # no stream table exists
+    oracle = oracle_window_counts(Path(config.source.path))
+    assert [w.status for w in report.windows] == ["open"] * scenario.minutes
+    for w in report.windows:
+        assert w.stream_events == w.late_events == 0
+        assert w.batch_events == sum(n for (ws, _), n in oracle.items() if ws == w.window_start_ms) > 0
+    stored = spark.read.format("delta").load(config.table_path("reconciliation"))
+    assert stored.where("status = 'open' AND stream_events = 0").count() == scenario.minutes
