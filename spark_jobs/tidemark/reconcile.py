@@ -25,6 +25,10 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
@@ -32,8 +36,9 @@ from tidemark.stream import parsed_source
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
+
+_TS_US = pa.timestamp("us", tz="UTC")  # Spark's timestamps: UTC microseconds
 
 
 @dataclass(frozen=True)
@@ -187,22 +192,15 @@ def _per_key(config: PipelineConfig, table: str, start_ms: int, end_ms: int) -> 
     (rows counted) in ``[start, end)``, read with delta-rs: one row per window and key, few
     enough for the driver (the stream keeps its open windows there too), so the diff needs no
     Spark job."""
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     path = config.table_path(table)
     if not T.table_exists(path):
-        return pd.DataFrame(
-            {
-                name: pd.Series(dtype=dtype)
-                for name, dtype in (("window_start_ms", "int64"), ("key", "object"), ("n", "int64"))
-            }
+        return pd.DataFrame({"window_start_ms": [], "key": [], "n": []}).astype(
+            {"window_start_ms": "int64", "key": "object", "n": "int64"}
         )
-    ts = pa.timestamp("us", tz="UTC")
-    in_range = (pc.field("window_start") >= pa.scalar(start_ms * 1000, ts)) & (
-        pc.field("window_start") < pa.scalar(end_ms * 1000, ts)
+    in_range = (pc.field("window_start") >= pa.scalar(start_ms * 1000, _TS_US)) & (
+        pc.field("window_start") < pa.scalar(end_ms * 1000, _TS_US)
     )
     columns = ["window_start", "key"] + (["events"] if table == T.WINDOWS else [])
     rows = DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns, filter=in_range).to_pandas()
@@ -278,29 +276,24 @@ def reconcile(
     return report
 
 
-def reconciliation_schema():
-    """The ``reconciliation`` table's columns (Spark's types: timestamps in UTC microseconds)."""
-    import pyarrow as pa
-
-    ts = pa.timestamp("us", tz="UTC")
-    return pa.schema(
-        [
-            ("pipeline", pa.string()),
-            ("window_start", ts),
-            ("window_end", ts),
-            ("status", pa.string()),
-            ("stream_events", pa.int64()),
-            ("batch_events", pa.int64()),
-            ("late_events", pa.int64()),
-            ("abs_diff", pa.int64()),
-            ("alignment", pa.float64()),
-            ("aligned", pa.bool_()),
-            ("unexplained", pa.int64()),
-            ("target", pa.float64()),
-            ("stream_watermark", ts),
-            ("reconciled_at", ts),
-        ]
-    )
+RECONCILIATION_SCHEMA = pa.schema(
+    [
+        ("pipeline", pa.string()),
+        ("window_start", _TS_US),
+        ("window_end", _TS_US),
+        ("status", pa.string()),
+        ("stream_events", pa.int64()),
+        ("batch_events", pa.int64()),
+        ("late_events", pa.int64()),
+        ("abs_diff", pa.int64()),
+        ("alignment", pa.float64()),
+        ("aligned", pa.bool_()),
+        ("unexplained", pa.int64()),
+        ("target", pa.float64()),
+        ("stream_watermark", _TS_US),
+        ("reconciled_at", _TS_US),
+    ]
+)
 
 
 def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
@@ -308,10 +301,8 @@ def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
 
     A few rows per window, written from the driver by delta-rs: no Spark job (about a second
     less per reconciliation than a Spark write with ``replaceWhere``)."""
-    import pyarrow as pa
     from deltalake import write_deltalake
 
-    schema = reconciliation_schema()
     n = len(report.windows)
 
     def micros(ms: int | None) -> int | None:
@@ -328,7 +319,7 @@ def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
             "stream_watermark": [micros(report.stream_watermark_ms)] * n,
             "reconciled_at": [micros(now_ms())] * n,
         },
-        schema=schema,
+        schema=RECONCILIATION_SCHEMA,
     )
     path = config.table_path(T.RECONCILIATION)
     if not T.table_exists(path):

@@ -578,9 +578,7 @@ class BatchProcessor:
         if count > COLLECT_MAX_ROWS:
             self.writer.write(frame, table, batch_id)
             return
-        rows = frame.toArrow()
-        nullable = pa.schema([f.with_nullable(True) for f in rows.schema])
-        self.writer.write_local(rows.cast(nullable), table, batch_id)
+        self.writer.write_local(_collect(frame), table, batch_id)
 
     def _write_events(
         self,
@@ -593,42 +591,39 @@ class BatchProcessor:
         low_watermark: int | None,
     ) -> None:
         """Write the batch's ``n_events`` events, and the late ones (``late_count`` of them) again
-        to ``late_events``."""
+        to ``late_events``. A small batch is collected once and both tables are cut from it."""
         from pyspark.sql import functions as F
 
         size = self.config.window
-        events = good.select(
+        window_start = F.timestamp_millis(window_start_col("event_time", size))
+        rows = good.select(
             "event_id",
             "host",
             "event_time",
             "msg_time",
             "key",
             "value",
-            F.timestamp_millis(window_start_col("event_time", size)).alias("window_start"),
+            window_start.alias("window_start"),
             late_flag.alias("is_late"),
             F.lit(batch_id).alias("batch_id"),
             "ingest_ts",
             "source",
             F.timestamp_millis(F.lit(low_watermark).cast("long")).alias("low_watermark"),
+            (window_start + F.expr(f"INTERVAL {size} MILLISECONDS")).alias("window_end"),
+            F.timestamp_millis(F.lit(prev_wm).cast("long")).alias("watermark_at_arrival"),
         )
-        self._write_rows(events, n_events, T.EVENTS, batch_id)
-        if prev_wm is not None and late_count:
-            late_out = events.where("is_late").select(
-                "event_id",
-                "host",
-                "event_time",
-                "msg_time",
-                "key",
-                "value",
-                "window_start",
-                (F.col("window_start") + F.expr(f"INTERVAL {size} MILLISECONDS")).alias("window_end"),
-                F.timestamp_millis(F.lit(prev_wm)).alias("watermark_at_arrival"),
-                "batch_id",
-                "ingest_ts",
-                "source",
-                "low_watermark",
-            )
-            self._write_rows(late_out, late_count, T.LATE_EVENTS, batch_id)
+        has_late = prev_wm is not None and late_count > 0
+        if n_events <= COLLECT_MAX_ROWS:
+            local = _collect(rows)
+            self.writer.write_local(local.select(EVENT_COLUMNS), T.EVENTS, batch_id)
+            if has_late:
+                late = local.filter(local["is_late"]).select(LATE_COLUMNS)
+                self.writer.write_local(late, T.LATE_EVENTS, batch_id)
+            return
+        self.writer.write(rows.select(*EVENT_COLUMNS), T.EVENTS, batch_id)
+        if has_late:
+            late_rows = rows.where("is_late").select(*LATE_COLUMNS)
+            self._write_rows(late_rows, late_count, T.LATE_EVENTS, batch_id)
 
     def _write_stall(
         self, batch_id: int, since: int, until: int | None, watermark: int | None, hosts: tuple[str, ...]
@@ -708,6 +703,38 @@ _TS = pa.timestamp("ms", tz="UTC")
 # Up to this many events, quarantined or late rows of a batch are written by delta-rs from the
 # driver: a small batch's Spark Delta commit costs ~0.4 s, delta-rs's a tenth of that.
 COLLECT_MAX_ROWS = 10_000
+# Columns of ``events`` and ``late_events``, in table order.
+EVENT_COLUMNS = [
+    "event_id",
+    "host",
+    "event_time",
+    "msg_time",
+    "key",
+    "value",
+    "window_start",
+    "is_late",
+    "batch_id",
+    "ingest_ts",
+    "source",
+    "low_watermark",
+]
+LATE_COLUMNS = [
+    *EVENT_COLUMNS[:7],
+    "window_end",
+    "watermark_at_arrival",
+    "batch_id",
+    "ingest_ts",
+    "source",
+    "low_watermark",
+]
+
+
+def _collect(frame: DataFrame) -> pa.Table:
+    """A small frame on the driver, its columns nullable as Spark's table schemas are."""
+    rows = frame.toArrow()
+    return rows.cast(pa.schema([f.with_nullable(True) for f in rows.schema]))
+
+
 HOST_SCHEMA = pa.schema([("host", pa.string()), ("progress_ms", pa.int64()), ("last_batch", pa.int64())])
 OPEN_SCHEMA = pa.schema(
     [
