@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np
 from benchlib import (
     DEFAULT_WORKDIR,
     json_progress,
@@ -60,13 +61,6 @@ def dedup_metrics(progress: list[dict]) -> list[dict]:
             }
         )
     return rows
-
-
-def slope(xs: list[float], ys: list[float]) -> float:
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    var = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
 
 
 def main() -> int:
@@ -131,7 +125,7 @@ def main() -> int:
     )
     if len(rows) > 2:
         print(
-            f"\neviction scan: {slope(xs, ys):,.0f} ms per million keys in the catalog "
+            f"\neviction scan: {np.polyfit(xs, ys, 1)[0]:,.0f} ms per million keys in the catalog "
             f"(least squares over {len(rows)} batches; summed over the operator's partitions)"
         )
     return 0
