@@ -18,10 +18,11 @@ FROM apache/airflow:3.3.2-python3.11
 
 USER 0
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# Debian's JRE 17 takes security updates from the base image's release, so it is not pinned.
+# Debian's JDK 17 takes security updates from the base image's release, so it is not pinned (a
+# JDK, not a JRE: set-up compiles the record parser's JVM fast path against the installed pyspark).
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+ && apt-get install -y --no-install-recommends openjdk-17-jdk-headless procps \
  && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* \
@@ -38,6 +39,8 @@ COPY --chown=airflow:0 spark_jobs ./spark_jobs
 RUN pip install --no-cache-dir --no-deps . \
  && pip check
 COPY --from=jars --chown=airflow:0 /build/jars /opt/tidemark/jars
+COPY --chown=airflow:0 scripts/build_udf.sh ./scripts/build_udf.sh
+RUN scripts/build_udf.sh python /opt/tidemark/jars
 
 ENV TIDEMARK_HOME=/opt/tidemark \
     TIDEMARK_JARS_DIR=/opt/tidemark/jars \

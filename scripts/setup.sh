@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time set-up: Python 3.11 venv with the pinned requirements, Java 17 check, JVM jars cached
-# under .cache/jars (from Maven Central through the machine's Maven). Re-running is cheap: each
+# under .cache/jars (from Maven Central through the machine's Maven) beside the record parser's
+# fast path, compiled here with the JDK's javac (scripts/build_udf.sh). Re-running is cheap: each
 # step is skipped when its inputs have not changed. After it, jobs and tests need no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,8 @@ else
   say "requirements up to date"
 fi
 
+# The record parser's JVM fast path (spark_jobs/jvm), compiled against the installed pyspark.
+scripts/build_udf.sh .venv/bin/python .cache/jars
 if ! .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; cached_jars()' 2>/dev/null; then
   command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the Delta and Kafka jars once (apt-get install maven)"
   say "fetching JVM jars into .cache/jars"

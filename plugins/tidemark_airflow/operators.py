@@ -64,10 +64,11 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         return ["--config", self.config_path]
 
     def prepare(self, context) -> None:
-        from tidemark.sparkenv import cached_jars
+        from tidemark.sparkenv import cached_jars, jvm_conf
 
         _require_connection(self._conn_id, "the Spark master to submit to")
         self.jars = self.jars or ",".join(str(j) for j in cached_jars())
+        self.conf = {**jvm_conf(), **(self.conf or {})}
         self.application_args = [*self.job_args(context), *(self.application_args or [])]
         python = sys.executable
         bin_dir = str(Path(python).parent)

@@ -91,6 +91,9 @@ class ValidationConfig(_Strict):
     max_record_bytes: int = Field(default=64 * 1024, ge=64)
     min_event_time: InstantMs = Field(default=parse_instant_ms("2000-01-01T00:00:00Z"))
     max_clock_skew: DurationMs = Field(default=parse_duration_ms("5m"))
+    # Read well-formed lines with the JVM fast path (tidemark-udf.jar); the SQL validator still
+    # decides every other line. Off: every line takes the SQL way (same rows, slower).
+    native_parser: bool = True
 
 
 class ReconcileConfig(_Strict):

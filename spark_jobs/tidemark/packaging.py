@@ -93,7 +93,7 @@ def spark_submit_command(
     Client deploy mode: the driver runs here (Python applications cannot use cluster mode on a
     standalone master); the executors get the jars from the cache and the code archive.
     """
-    from tidemark.sparkenv import cached_jars
+    from tidemark.sparkenv import cached_jars, jvm_conf
 
     script = Path(job)
     if not script.is_file() and (ENTRYPOINTS_DIR / script.name).is_file():
@@ -111,7 +111,7 @@ def spark_submit_command(
         "--py-files",
         str(archive or code_archive()),
     ]
-    for key, value in (conf or {}).items():
+    for key, value in {**jvm_conf(), **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
     return [*command, str(script), *job_args]
 

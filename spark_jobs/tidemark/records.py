@@ -15,6 +15,15 @@ never raises on data.
 The same :func:`parse_records` serves the stream and the batch recompute, and it depends only on
 the line and its source's arrival timestamp (file modification time, Kafka timestamp), never on
 the clock, so a replayed batch and the recompute classify every line identically.
+
+Two paths, one verdict. The SQL validator below (Spark's ``try_parse_json`` into a VARIANT, typed
+extraction, the rules in order) names the reason for every bad line. In front of it, a JVM UDF
+(``spark_jobs/jvm/tidemark/udf/RecordParser.java``, compiled by set-up) reads a line in one pass of
+Jackson's streaming parser and claims it only when it is sure the SQL validator would accept it
+with the same fields; every other line goes the SQL way. The rules that depend on the line's
+bytes or on configuration (size, NUL, UTF-8, minimum event time, clock skew) run in SQL for every
+line. ``validation.native_parser: false`` turns the fast path off; the tests check both paths
+give the same rows.
 """
 
 from __future__ import annotations
@@ -22,10 +31,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tidemark.config import ValidationConfig
+from tidemark.sparkenv import SetupError
 from tidemark.timeutil import format_instant_ms
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$"
 MAX_ID_CHARS = 256
@@ -54,6 +64,33 @@ PARSED_COLUMNS = [
 FIELDS = ("event_id", "host", "event_time", "msg_time", "key", "value", "heartbeat")
 _FIELD_STRUCT = "struct<" + ", ".join(f"{name}: variant" for name in FIELDS) + ">"
 
+# The JVM fast path (RecordParser.java; its RETURN_TYPE, HOST_PATTERN and MAX_ID_CHARS must equal
+# these, a test checks).
+NATIVE_UDF = "tidemark_parse_record"
+NATIVE_CLASS = "tidemark.udf.RecordParser"
+NATIVE_TYPE = (
+    "struct<event_id:string,host:string,event_time:bigint,msg_time:bigint,"
+    "key:string,value:double,heartbeat:boolean>"
+)
+# The rules still checked in SQL on a line the fast path claimed (names of :func:`_checks`).
+LINE_AND_CONFIG_RULES = ("oversized", "nul", "utf8", "min_event_time", "skew_msg", "skew_arrival")
+
+
+def register_native_parser(spark: SparkSession) -> None:
+    """Register the fast path's UDF in ``spark`` (once); a one-line SetupError when its jar is
+    missing."""
+    if spark.catalog.functionExists(NATIVE_UDF):
+        return
+    try:
+        spark.udf.registerJavaFunction(NATIVE_UDF, NATIVE_CLASS, NATIVE_TYPE)
+    except Exception as exc:
+        if "load class" not in str(exc) and "ClassNotFound" not in str(exc):
+            raise
+        raise SetupError(
+            f"record parser {NATIVE_CLASS} is not on the classpath (tidemark-udf.jar): run "
+            "`make setup`, or set validation.native_parser: false"
+        ) from None
+
 
 def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
     """``lines(raw string, source string, arrival_ms long)`` -> :data:`PARSED_COLUMNS`.
@@ -68,25 +105,27 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
     from pyspark.sql import functions as F
 
     raw = F.col("raw")
+    fits = F.col("_bytes") <= rules.max_record_bytes
+    staged = lines.select("raw", "source", "arrival_ms", F.octet_length(raw).alias("_bytes"))
+    if rules.native_parser:
+        register_native_parser(lines.sparkSession)
+        # Oversized lines are not parsed at all: a hostile 100 MB line must not be materialised.
+        staged = staged.select("*", F.when(fits, F.call_function(NATIVE_UDF, raw)).alias("_n"))
+        parse_in_sql = fits & F.col("_n").isNull()
+    else:
+        staged = staged.select("*", F.lit(None).cast(NATIVE_TYPE).alias("_n"))
+        parse_in_sql = fits
     staged = (
-        lines.select(
-            "raw",
-            "source",
-            "arrival_ms",
-            F.octet_length(raw).alias("_bytes"),
-        )
-        .select(
-            "*",
-            # Oversized lines are not parsed at all: a hostile 100 MB line must not be
-            # materialised.
-            F.when(F.col("_bytes") <= rules.max_record_bytes, F.try_parse_json(raw)).alias("_v"),
-        )
+        # Only the lines the fast path did not claim are parsed again.
+        staged.select("*", F.when(parse_in_sql, F.try_parse_json(raw)).alias("_v"))
         # NULL unless the line is a JSON object; absent fields are NULL, JSON nulls VOID.
         .select("*", F.try_variant_get(F.col("_v"), "$", _FIELD_STRUCT).alias("_f"))
     )
+    claimed = F.col("_n").isNotNull()
 
     def field(name: str, sql_type: str) -> Column:
-        return F.try_variant_get(F.col(f"_f.{name}"), "$", sql_type)
+        parsed = F.try_variant_get(F.col(f"_f.{name}"), "$", sql_type)
+        return F.when(claimed, F.col(f"_n.{name}")).otherwise(parsed)
 
     typed = staged.select(
         "*",
@@ -99,6 +138,9 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
         field("value", "double").alias("value"),
         F.coalesce(field("heartbeat", "boolean"), F.lit(False)).alias("heartbeat"),
     )
+    is_heartbeat = F.col("heartbeat") & (claimed | (F.col("_t_heartbeat") == "BOOLEAN"))
+    checks = _checks(rules)
+    on_claimed = [check for check in checks if check[0] in LINE_AND_CONFIG_RULES]
     return typed.select(
         "raw",
         "source",
@@ -109,8 +151,8 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
         "msg_time",
         F.coalesce(F.col("key"), F.lit("")).alias("key"),
         "value",
-        (F.col("heartbeat") & (F.col("_t_heartbeat") == "BOOLEAN")).alias("heartbeat"),
-        _reason(rules).alias("reason"),
+        is_heartbeat.alias("heartbeat"),
+        F.when(claimed, _first_broken(on_claimed)).otherwise(_first_broken(checks)).alias("reason"),
         F.lit(None).cast("long").alias("upstream_lw"),
     )
 
@@ -121,8 +163,8 @@ def _absent(type_col: str) -> Column:
     return F.col(type_col).isNull() | (F.col(type_col) == "VOID")
 
 
-def _reason(rules: ValidationConfig) -> Column:
-    """The first rule a line breaks, in the order a reader would check them."""
+def _checks(rules: ValidationConfig) -> list[tuple[str, Column, Column | str]]:
+    """Every rule as (name, broken?, reason), in the order a reader would check them."""
     from pyspark.sql import functions as F
 
     raw, v = F.col("raw"), F.col("_v")
@@ -133,8 +175,9 @@ def _reason(rules: ValidationConfig) -> Column:
     def wrong_type(field: str, type_col: str, want: str) -> Column:
         return F.concat(F.lit(f"{field} must be {want}, got "), F.col(type_col))
 
-    checks: list[tuple[Column, Column | str]] = [
+    return [
         (
+            "oversized",
             F.col("_bytes") > rules.max_record_bytes,
             F.concat(
                 F.lit("oversized record: "),
@@ -142,48 +185,60 @@ def _reason(rules: ValidationConfig) -> Column:
                 F.lit(f" bytes > limit {rules.max_record_bytes}"),
             ),
         ),
-        (F.instr(raw, "\u0000") > 0, "NUL byte in record"),
+        ("nul", F.instr(raw, "\u0000") > 0, "NUL byte in record"),
         # Spark builds strings from the source's bytes without validating them.
-        (~F.is_valid_utf8(raw), "invalid UTF-8"),
+        ("utf8", ~F.is_valid_utf8(raw), "invalid UTF-8"),
         (
+            "truncated",
             v.isNull() & F.ltrim(raw).startswith("{") & ~F.rtrim(raw).endswith("}"),
             "truncated JSON",
         ),
-        (v.isNull(), "invalid JSON"),
+        ("invalid_json", v.isNull(), "invalid JSON"),
         # The type is only rendered for the (rare) line that is not an object.
-        (F.col("_f").isNull(), F.concat(F.lit("not a JSON object: "), F.schema_of_variant(v))),
+        ("not_object", F.col("_f").isNull(), F.concat(F.lit("not a JSON object: "), F.schema_of_variant(v))),
         (
+            "heartbeat_type",
             ~_absent("_t_heartbeat") & (F.col("_t_heartbeat") != "BOOLEAN"),
             wrong_type("heartbeat", "_t_heartbeat", "a boolean"),
         ),
-        (~is_hb & _absent("_t_event_id"), "missing event_id"),
-        (~is_hb & (F.col("_t_event_id") != "STRING"), wrong_type("event_id", "_t_event_id", "a string")),
-        (~is_hb & (F.trim(F.col("event_id")) == ""), "empty event_id"),
+        ("event_id_missing", ~is_hb & _absent("_t_event_id"), "missing event_id"),
         (
+            "event_id_type",
+            ~is_hb & (F.col("_t_event_id") != "STRING"),
+            wrong_type("event_id", "_t_event_id", "a string"),
+        ),
+        ("event_id_empty", ~is_hb & (F.trim(F.col("event_id")) == ""), "empty event_id"),
+        (
+            "event_id_long",
             ~is_hb & (F.length("event_id") > MAX_ID_CHARS),
             f"event_id longer than {MAX_ID_CHARS} characters",
         ),
-        (_absent("_t_host"), "missing host"),
-        (F.col("_t_host") != "STRING", wrong_type("host", "_t_host", "a string")),
-        (F.trim(F.col("host")) == "", "empty host"),
+        ("host_missing", _absent("_t_host"), "missing host"),
+        ("host_type", F.col("_t_host") != "STRING", wrong_type("host", "_t_host", "a string")),
+        ("host_empty", F.trim(F.col("host")) == "", "empty host"),
         (
+            "host_pattern",
             ~F.col("host").rlike(HOST_PATTERN),
             "host has characters outside [A-Za-z0-9._:-] or is longer than 253",
         ),
-        (_absent("_t_event_time"), "missing event_time"),
+        ("event_time_missing", _absent("_t_event_time"), "missing event_time"),
         (
+            "event_time_type",
             ~F.col("_t_event_time").isin(*_INTEGER_TYPES),
             wrong_type("event_time", "_t_event_time", "integer epoch ms"),
         ),
         (
+            "min_event_time",
             F.col("event_time") < rules.min_event_time,
             F.lit(f"event_time before {min_et}"),
         ),
         (
+            "msg_time_type",
             ~_absent("_t_msg_time") & ~F.col("_t_msg_time").isin(*_INTEGER_TYPES),
             wrong_type("msg_time", "_t_msg_time", "integer epoch ms"),
         ),
         (
+            "skew_msg",
             F.col("msg_time").isNotNull() & (F.col("event_time") - F.col("msg_time") > rules.max_clock_skew),
             F.concat(
                 F.lit("clock skew: event_time "),
@@ -192,6 +247,7 @@ def _reason(rules: ValidationConfig) -> Column:
             ),
         ),
         (
+            "skew_arrival",
             F.col("arrival_ms").isNotNull()
             & (F.col("event_time") - F.col("arrival_ms") > rules.max_clock_skew),
             F.concat(
@@ -201,10 +257,12 @@ def _reason(rules: ValidationConfig) -> Column:
             ),
         ),
         (
+            "key_type",
             ~_absent("_t_key") & (F.col("_t_key") != "STRING"),
             wrong_type("key", "_t_key", "a string"),
         ),
         (
+            "value_type",
             ~_absent("_t_value")
             & ~(
                 F.col("_t_value").isin(*_INTEGER_TYPES, *_FLOAT_TYPES)
@@ -213,8 +271,14 @@ def _reason(rules: ValidationConfig) -> Column:
             wrong_type("value", "_t_value", "a number"),
         ),
     ]
+
+
+def _first_broken(checks: list[tuple[str, Column, Column | str]]) -> Column:
+    """The reason of the first broken rule, NULL when none is."""
+    from pyspark.sql import functions as F
+
     expr = None
-    for condition, message in checks:
+    for _name, condition, message in checks:
         msg = F.lit(message) if isinstance(message, str) else message
         expr = F.when(condition, msg) if expr is None else expr.when(condition, msg)
     assert expr is not None

@@ -267,8 +267,11 @@ def test_dockerfiles_match_the_pinned_stack():
     froms = re.findall(r"^FROM (\S+)", airflow, re.M)
     assert f"apache/airflow:{_requirement('apache-airflow')}-python3.11" in froms
     assert re.findall(r"^FROM (\S+)", spark, re.M) == ["python:3.11-slim-bookworm"]  # same Python minor
+    # The Airflow image compiles the record parser's JVM fast path (javac): a JDK; workers: a JRE.
+    assert "openjdk-17-jdk-headless" in airflow and "openjdk-17-jre-headless" in spark
     for text in (airflow, spark):
-        assert "openjdk-17-jre-headless" in text and "ENV JAVA_HOME=/usr/lib/jvm/java-17" in text
+        assert "ENV JAVA_HOME=/usr/lib/jvm/java-17" in text
+    assert "RUN scripts/build_udf.sh python /opt/tidemark/jars" in airflow
     assert "-r requirements.txt" in airflow and "pip check" in airflow
     assert "-c /tmp/constraints.txt" in spark and "pyspark" in spark  # pyspark at the pinned version
     assert "scripts/jars/pom.xml" in airflow and (REPO / "scripts/jars/pom.xml").is_file()
@@ -278,5 +281,11 @@ def test_dockerfiles_match_the_pinned_stack():
             for item in source.split():
                 assert (REPO / item).exists(), f"COPY {item}: not in the repository"
     ignore = (DOCKER / "airflow.Dockerfile.dockerignore").read_text().splitlines()
-    for needed in ("!requirements.txt", "!scripts/jars/pom.xml", "!spark_jobs/tidemark/**/*.py"):
+    for needed in (
+        "!requirements.txt",
+        "!scripts/jars/pom.xml",
+        "!scripts/build_udf.sh",
+        "!spark_jobs/tidemark/**/*.py",
+        "!spark_jobs/jvm/**/*.java",
+    ):
         assert needed in ignore

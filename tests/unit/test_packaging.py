@@ -57,7 +57,14 @@ def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path):
     assert command[command.index("--py-files") + 1] == str(archive)
     jars = command[command.index("--jars") + 1].split(",")
     assert any(Path(j).name.startswith("delta-spark_") for j in jars)
-    assert command[command.index("--conf") + 1] == "spark.executor.memory=1g"
+    confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
+    # The driver JVM starts here, so spark-submit must pass its options (huge methods compiled).
+    assert confs == [
+        "spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods",
+        "spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods",
+        "spark.executor.memory=1g",
+    ]
+    assert any(Path(j).name == "tidemark-udf.jar" for j in jars)
     assert command[-3:] == [str(packaging.ENTRYPOINTS_DIR / "stream_job.py"), "--config", "c.yaml"]
 
 
