@@ -45,7 +45,7 @@ EDGES = [
     "{" + BASE + ',"x":{"y":{"z":[]}}}',
     "{/*c*/" + BASE + "}",
     "{'event_id':'e','host':'h1','event_time':" + str(ET) + "}",
-    "{event_id:\"e\",host:\"h1\",event_time:" + str(ET) + "}",
+    '{event_id:"e",host:"h1",event_time:' + str(ET) + "}",
     "{" + BASE + ',"value":NaN}',
     '{"event_id":"e","host":"h1","event_time":0' + str(ET) + "}",
     "{" + BASE + ',"n":1e999}',
@@ -160,7 +160,7 @@ def test_fast_path_and_sql_agree_on_random_numbers_and_hostile_lines(spark):
     lines += [json.dumps(good_record(i)) for i in range(200)]
     for i in range(1500):
         value = random_decimal(rng)
-        lines.append('{"event_id":"n%d","host":"h1","event_time":%d,"value":%s}' % (i, ET + i, value))
+        lines.append(f'{{"event_id":"n{i}","host":"h1","event_time":{ET + i},"value":{value}}}')
     native, sql = _both_ways(spark, lines, ValidationConfig(max_record_bytes=MAX_BYTES))
     for a, b in zip(native, sql, strict=True):
         assert repr(a.asDict()) == repr(b.asDict()), a["raw"]
