@@ -59,6 +59,7 @@ EDGES = [
     rec(host="h" * 254),
     rec(host="a b"),
     rec(event_id="e\u00e9\u4e2d"),
+    rec(event_id="e\u0000"),  # JSON-escaped: no NUL byte in the line, a valid record
     rec(event_id="\U0001f600"),
     '{"event_id":"\\ud800","host":"h1","event_time":' + str(ET) + "}",
     '{"event_id":"\\u0065\\u005f","host":"\\u0068\\u0031","event_time":' + str(ET) + "}",
@@ -174,7 +175,14 @@ def test_fast_path_claims_ordinary_records_and_leaves_the_rest(spark):
         '{"host":"h1","event_time":' + str(ET) + ',"heartbeat":true}',
         json.dumps(good_record(1)),
     ]
-    left = ["{" + BASE + "} x", "{" + BASE + ',"x":{}}', '{"Host":"h",' + BASE + "}", rec(value=1e300), "{}"]
+    left = [
+        "{" + BASE + "} x",
+        "{" + BASE + ',"x":{}}',
+        '{"Host":"h",' + BASE + "}",
+        rec(value=1e300),
+        "{}",
+        '{"event_id":"e\u0000",' + BASE[len('"event_id":"e",') :] + "}",  # a raw NUL byte
+    ]
     frame = _frame(spark, claimed_lines + left)
     got = [r["c"] for r in frame.select(F.call_function(NATIVE_UDF, "raw").isNotNull().alias("c")).collect()]
     assert got == [True] * len(claimed_lines) + [False] * len(left)

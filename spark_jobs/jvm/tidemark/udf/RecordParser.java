@@ -17,7 +17,8 @@ import org.apache.spark.sql.api.java.UDF1;
  * for every other line (anything malformed, mistyped, duplicated, nested, unusual) it returns
  * NULL and the SQL validator, which names the reason, decides. It never produces a reason itself,
  * so the quarantine's messages have one source. The rules that depend on configuration or on the
- * line's bytes (size, NUL, UTF-8, minimum event time, clock skew) stay in SQL for every line.
+ * line's bytes (size, UTF-8, minimum event time, clock skew) stay in SQL for every line; a line
+ * with a NUL byte is never claimed.
  *
  * <p>It parses the same String with the same factory as Spark's parse_json
  * (VariantBuilder.parseJson: {@code new JsonFactory().createParser(String)}), so both see the
@@ -53,7 +54,8 @@ public final class RecordParser implements UDF1<String, Row> {
 
   @Override
   public Row call(String line) {
-    if (line == null || line.length() > MAX_CHARS) {
+    // A NUL byte decodes to U+0000 and nothing else does: such a line is quarantined in SQL.
+    if (line == null || line.length() > MAX_CHARS || line.indexOf('\u0000') >= 0) {
       return null;
     }
     try (JsonParser p = FACTORY.createParser(line)) {
