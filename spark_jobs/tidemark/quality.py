@@ -69,21 +69,6 @@ DEFAULT_MAX_LOCAL_EVENTS = 2_000_000
 SAMPLE_ROWS = 5
 QUALITY_DIR = "_quality"
 
-EVENT_COLUMNS = [
-    "event_id",
-    "host",
-    "event_time",
-    "msg_time",
-    "key",
-    "value",
-    "window_start",
-    "is_late",
-    "batch_id",
-    "ingest_ts",
-    "source",
-    "low_watermark",
-]
-
 
 # ---------------------------------------------------------------------------------------------
 # Results
@@ -527,7 +512,7 @@ def events_frame_local(
 
     path = config.table_path(T.EVENTS)
     if not T.table_exists(path):
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in [*EVENT_COLUMNS, "arrival_lead_ms"]})
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in [*T.EVENT_COLUMNS, "arrival_lead_ms"]})
     from deltalake import DeltaTable
 
     dataset = DeltaTable(path).to_pyarrow_dataset()

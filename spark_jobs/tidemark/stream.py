@@ -615,14 +615,14 @@ class BatchProcessor:
         has_late = prev_wm is not None and late_count > 0
         if n_events <= COLLECT_MAX_ROWS:
             local = _collect(rows)
-            self.writer.write_local(local.select(EVENT_COLUMNS), T.EVENTS, batch_id)
+            self.writer.write_local(local.select(T.EVENT_COLUMNS), T.EVENTS, batch_id)
             if has_late:
-                late = local.filter(local["is_late"]).select(LATE_COLUMNS)
+                late = local.filter(local["is_late"]).select(T.LATE_COLUMNS)
                 self.writer.write_local(late, T.LATE_EVENTS, batch_id)
             return
-        self.writer.write(rows.select(*EVENT_COLUMNS), T.EVENTS, batch_id)
+        self.writer.write(rows.select(*T.EVENT_COLUMNS), T.EVENTS, batch_id)
         if has_late:
-            late_rows = rows.where("is_late").select(*LATE_COLUMNS)
+            late_rows = rows.where("is_late").select(*T.LATE_COLUMNS)
             self._write_rows(late_rows, late_count, T.LATE_EVENTS, batch_id)
 
     def _write_stall(
@@ -703,30 +703,6 @@ _TS = pa.timestamp("ms", tz="UTC")
 # Up to this many events, quarantined or late rows of a batch are written by delta-rs from the
 # driver: a small batch's Spark Delta commit costs ~0.4 s, delta-rs's a tenth of that.
 COLLECT_MAX_ROWS = 10_000
-# Columns of ``events`` and ``late_events``, in table order.
-EVENT_COLUMNS = [
-    "event_id",
-    "host",
-    "event_time",
-    "msg_time",
-    "key",
-    "value",
-    "window_start",
-    "is_late",
-    "batch_id",
-    "ingest_ts",
-    "source",
-    "low_watermark",
-]
-LATE_COLUMNS = [
-    *EVENT_COLUMNS[:7],
-    "window_end",
-    "watermark_at_arrival",
-    "batch_id",
-    "ingest_ts",
-    "source",
-    "low_watermark",
-]
 
 
 def _collect(frame: DataFrame) -> pa.Table:
