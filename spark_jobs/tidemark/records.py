@@ -61,7 +61,9 @@ PARSED_COLUMNS = [
 
 # The record's fields, extracted from the parsed object in one pass as a struct of variants
 # (one navigation of the object instead of one per field); each field keeps its JSON type.
-FIELDS = ("event_id", "host", "event_time", "msg_time", "key", "value", "heartbeat")
+# An event's fields, in the order every table that stores events keeps them.
+EVENT_FIELDS = ("event_id", "host", "event_time", "msg_time", "key", "value")
+FIELDS = (*EVENT_FIELDS, "heartbeat")
 _FIELD_STRUCT = "struct<" + ", ".join(f"{name}: variant" for name in FIELDS) + ">"
 
 # The JVM fast path (RecordParser.java; its RETURN_TYPE, HOST_PATTERN and MAX_ID_CHARS must equal
@@ -320,7 +322,7 @@ def read_upstream_events(spark, path: str, streaming: bool, watermark_column: st
         else (spark.read.format("delta"))
     )
     rows = reader.load(path)
-    fields = ["event_id", "host", "event_time", "msg_time", "key", "value"]
+    fields = list(EVENT_FIELDS)
     return rows.select(
         F.to_json(F.struct(*fields)).alias("raw"),
         F.lit(path).alias("source"),

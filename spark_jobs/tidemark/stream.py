@@ -51,8 +51,14 @@ from tidemark import reset as R
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
 from tidemark.config import ConfigError, PipelineConfig
+from tidemark.records import (
+    EVENT_FIELDS,
+    drop_blank_lines,
+    parse_records,
+    read_landing_files,
+    read_upstream_events,
+)
 from tidemark.records import PARSED_COLUMNS as PARSED
-from tidemark.records import drop_blank_lines, parse_records, read_landing_files, read_upstream_events
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
 from tidemark.watermark import (
     PIPELINE_STAGES,
@@ -597,12 +603,7 @@ class BatchProcessor:
         size = self.config.window
         window_start = F.timestamp_millis(window_start_col("event_time", size))
         rows = good.select(
-            "event_id",
-            "host",
-            "event_time",
-            "msg_time",
-            "key",
-            "value",
+            *EVENT_FIELDS,
             window_start.alias("window_start"),
             late_flag.alias("is_late"),
             F.lit(batch_id).alias("batch_id"),

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark import faults
 from tidemark.config import PipelineConfig
+from tidemark.records import EVENT_FIELDS
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
@@ -57,12 +58,7 @@ IDENTITY_FILE = "_tidemark.json"
 
 # Columns of ``events`` and ``late_events``, in table order.
 EVENT_COLUMNS = [
-    "event_id",
-    "host",
-    "event_time",
-    "msg_time",
-    "key",
-    "value",
+    *EVENT_FIELDS,
     "window_start",
     "is_late",
     "batch_id",
@@ -71,7 +67,8 @@ EVENT_COLUMNS = [
     "low_watermark",
 ]
 LATE_COLUMNS = [
-    *EVENT_COLUMNS[:7],
+    *EVENT_FIELDS,
+    "window_start",
     "window_end",
     "watermark_at_arrival",
     "batch_id",
