@@ -77,6 +77,16 @@ def _files_of_log_batch(source_log: Path, log_batch: int) -> list[str]:
     return [normalize_file(e["path"]) for e in entries if int(e["batchId"]) == log_batch]
 
 
+def _batch_ts(meta: str) -> int:
+    return int(json.loads(meta)["batchTimestampMs"])
+
+
+def batch_timestamp_ms(config: PipelineConfig, batch_id: int) -> int:
+    """Spark batch ``batch_id``'s timestamp (what ``current_timestamp()`` is in the batch), from
+    the offset log Spark writes before it runs the batch, so a replay reads the same value."""
+    return _batch_ts(_log_lines(Path(config.checkpoint) / "offsets" / str(batch_id))[0])
+
+
 def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
     """Read Spark batch ``batch_id``'s timestamp and source range from the checkpoint.
 
@@ -85,7 +95,7 @@ def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
     """
     offsets = Path(config.checkpoint) / "offsets"
     meta, *sources = _log_lines(offsets / str(batch_id))
-    batch_ts = int(json.loads(meta)["batchTimestampMs"])
+    batch_ts = _batch_ts(meta)
     kind = config.source.kind
     if kind == "kafka":
         return BatchSource(batch_ts, json.dumps({"kafka": json.loads(sources[0])}, sort_keys=True))
