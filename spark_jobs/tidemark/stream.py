@@ -438,25 +438,36 @@ class BatchProcessor:
         window_start = window_start_col("event_time", size)
         late_flag = (window_start + F.lit(size) <= F.lit(prev_wm)) if prev_wm is not None else F.lit(False)
 
-        # 1. One pass for the counts and the batch's processing time (its Spark batch timestamp,
-        #    fixed in the offset log, so a replay sees the same value).
-        counts = batch.agg(
-            F.count_if(is_event).alias("events"),
-            F.count_if(is_event & late_flag).alias("late"),
-            F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
-            F.count_if(~ok).alias("quarantined"),
-            F.max(F.unix_millis("ingest_ts")).alias("batch_ts"),
-            F.max("upstream_lw").alias("upstream_lw"),
-        ).first()
-        n_events, n_hb, n_bad = counts["events"], counts["heartbeats"], counts["quarantined"]
-        batch_ts = counts["batch_ts"]
+        # 1. One pass, per host: the batch's counts, its hosts' progress and its processing time
+        #    (its Spark batch timestamp, fixed in the offset log, so a replay sees the same
+        #    value). Events and heartbeats move a host; quarantined lines (clock skew included)
+        #    never do, and group under a NULL host whatever host they name. One Spark job instead
+        #    of two (a global count, then a group-by) on each batch.
+        per_host = (
+            batch.groupBy(F.when(ok, F.col("host")).alias("host"))
+            .agg(
+                F.max(F.when(ok, F.col("event_time"))).alias("progress_ms"),
+                F.count_if(is_event).alias("events"),
+                F.count_if(is_event & late_flag).alias("late"),
+                F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
+                F.count_if(~ok).alias("quarantined"),
+                F.max(F.unix_millis("ingest_ts")).alias("batch_ts"),
+                F.max("upstream_lw").alias("upstream_lw"),
+            )
+            .toPandas()
+        )
+        n_events, late_count, n_hb, n_bad = (
+            int(per_host[c].sum()) for c in ("events", "late", "heartbeats", "quarantined")
+        )
+        batch_ts, upstream_lw = (_optional_max(per_host[c]) for c in ("batch_ts", "upstream_lw"))
         phases.lap("parse_dedup_count")
 
-        # 2. Host progress -> precise watermark -> status. Events and heartbeats move a host;
-        #    quarantined lines (clock skew included) never do.
-        batch_hosts = (
-            batch.where(ok).groupBy("host").agg(F.max("event_time").alias("progress_ms")).toPandas()
-        ).set_index("host")
+        # 2. Host progress -> precise watermark -> status.
+        moved = per_host[per_host["progress_ms"].notna()]
+        batch_hosts = pd.DataFrame(
+            {"progress_ms": moved["progress_ms"].astype("int64").to_numpy()},
+            index=pd.Index(moved["host"].to_numpy(), name="host"),
+        )
         progress = _merge_progress(state.progress, batch_hosts, batch_id)
         expected = self.hosts.current()
         population = progress if expected is None else progress[progress.index.isin(expected)]
@@ -469,7 +480,7 @@ class BatchProcessor:
             prev_wm,
             n_total,
             propagated=cfg.source.kind == "delta",
-            upstream_watermark=counts["upstream_lw"],
+            upstream_watermark=upstream_lw,
         )
         watermark, advanced = update.watermark, update.advanced
         advanced_at = batch_ts if advanced else state.advanced_at_ms
@@ -517,7 +528,6 @@ class BatchProcessor:
             )
             self._write_rows(quarantine, n_bad, T.QUARANTINE, batch_id)
             phases.lap("write_quarantine")
-        late_count = counts["late"]
         if n_events:
             self._write_events(good, n_events, late_flag, batch_id, prev_wm, late_count, global_lw)
             phases.lap("write_events")
@@ -694,6 +704,12 @@ class BatchProcessor:
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
         self.echo(f"[{self.config.pipeline}] {summary.line()}")
+
+
+def _optional_max(column: pd.Series) -> int | None:
+    """The largest non-null value of a collected column, or None."""
+    present = column.dropna()
+    return int(present.max()) if len(present) else None
 
 
 def _optional_int(value) -> int | None:
