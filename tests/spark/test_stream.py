@@ -214,3 +214,65 @@ def test_large_batches_are_written_by_spark_with_the_same_result(spark, tmp_path
     assert late and duplicate_rows == 0
     assert combined == oracle_window_counts(Path(config.source.path))
     assert _table(spark, config, "quarantine").count() == truth.malformed_lines
+
+
+def test_spark_delta_writes_skip_the_dictionary_for_per_row_unique_columns(spark, tmp_path):
+    """The session's Parquet settings reach Delta writes: a column named like a per-row-unique
+    event column is written plain even when its values repeat; any other column keeps the
+    dictionary. (Unique values end up plain either way: the setting saves the attempt.)"""
+    import pyarrow.parquet as pq
+
+    from tidemark.sparkenv import PLAIN_ENCODED_COLUMNS
+
+    repeated = F.concat(F.lit("v"), (F.col("id") % 3).cast("string"))
+    frame = spark.range(3000).select(
+        *(repeated.alias(c) for c in PLAIN_ENCODED_COLUMNS), repeated.alias("host")
+    )
+    frame.coalesce(1).write.format("delta").save(str(tmp_path / "t"))
+    part = pq.ParquetFile(next((tmp_path / "t").glob("*.parquet"))).metadata.row_group(0)
+    encodings = {part.column(i).path_in_schema: part.column(i).encodings for i in range(part.num_columns)}
+    dictionary = {c for c, used in encodings.items() if any("DICTIONARY" in e for e in used)}
+    assert dictionary == {"host"}
+
+
+def _parse_stage(query) -> tuple[str, str]:
+    """(plan, generated Java) of the last batch's whole-stage-codegen stage that reads the source."""
+    stages = query._jsq.streamingQuery().lastExecution().debug().codegenToSeq()
+    found = [(stages.apply(i)._1(), stages.apply(i)._2()) for i in range(stages.length())]
+    # A stage's plan string goes on below it; the one that reads the files has the shortest.
+    reading = [stage for stage in found if "FileScan" in stage[0]]
+    assert reading, "no codegen stage reads the source"
+    return min(reading, key=lambda stage: len(stage[0]))
+
+
+@pytest.mark.parametrize("mode", ["exactly_once", "at_least_once"])
+def test_the_parsing_stage_compiles_to_the_same_code_in_every_batch(spark, tmp_path, mode):
+    """Spark inlines literals into generated code: a per-batch value (the batch timestamp, a
+    random seed) in the stage that parses would make every micro-batch compile that large class
+    again and run it cold. Two runs of the same pipeline, minutes of input apart, must generate
+    the same parsing code."""
+    from tidemark.records import NATIVE_UDF
+    from tidemark.stream import start_stream
+
+    config = write_config(tmp_path, name="cg", mode=mode)
+    files = sorted(_generated(config, small_scenario(seed=21)))
+    hold = Path(tmp_path / "later")
+    hold.mkdir()
+    for f in files[len(files) // 2 :]:
+        shutil.move(str(f), hold / f.name)
+    codes = []
+    for _ in range(2):
+        query, processor = start_stream(spark, config, once=True, echo=lambda m: None)
+        query.awaitTermination()
+        assert [s for s in processor.summaries if not s.skipped and s.events]
+        codes.append(_parse_stage(query))
+        for f in sorted(hold.iterdir()):
+            shutil.move(str(f), Path(config.source.path) / f.name)
+    (plan, code), (_, again) = codes
+    assert NATIVE_UDF in plan and "reason" in plan  # the stage that parses and validates
+    assert code == again
+
+
+def _generated(config, scenario) -> list[Path]:
+    generate_files(scenario, config.source.path)
+    return list(Path(config.source.path).glob("part-*.jsonl"))
