@@ -125,8 +125,13 @@ def test_kills_after_each_write_inside_a_batch_lose_and_duplicate_nothing(spark,
     assert report.closed and all(w.unexplained == 0 for w in report.closed)
 
 
-def test_random_kills_then_restart_equal_the_batch_recompute(spark, pipeline):
-    config_path, config, truth = pipeline
+def test_random_kills_then_restart_equal_the_batch_recompute(spark, tmp_path):
+    # Its own pipeline, with more and smaller batches than the fixture's (~32 instead of 6): the
+    # job got fast enough that the fixture's input was done before the fourth kill 0.5-5 s into
+    # a run could land.
+    config = write_config(tmp_path, name="crash", source={"max_files_per_trigger": 1})
+    truth = generate_files(small_scenario(minutes=16), config.source.path)
+    config_path = tmp_path / "crash.yaml"
     outcomes = kill_at_random_moments(config_path, random.Random(20261122), 0.5, 5.0)
     assert_kills_landed(outcomes, at_least=4)
     code, out = finish(start_job(config_path))
