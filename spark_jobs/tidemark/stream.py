@@ -251,6 +251,9 @@ def build_stream(
         F.when(is_event, F.col("event_id")).alias("_dedup_id"),
         F.when(~is_event, F.expr("reflect('java.util.UUID', 'randomUUID')")).alias("_dedup_line"),
     )
+    # coalesce() to more partitions than there are is a stage break without a shuffle: the batch
+    # timestamp goes into a small stage of its own. (An explicit repartition by the key does not
+    # do: the watermark node drops its partitioning, and Spark shuffles a second time.)
     return (
         keyed.coalesce(2**31 - 1)
         .select("*", F.current_timestamp().alias("ingest_ts"))
@@ -459,7 +462,9 @@ class BatchProcessor:
         n_events, late_count, n_hb, n_bad = (
             int(per_host[c].sum()) for c in ("events", "late", "heartbeats", "quarantined")
         )
-        batch_ts, upstream_lw = (_optional_max(per_host[c]) for c in ("batch_ts", "upstream_lw"))
+        batch_ts, upstream_lw = (
+            _optional_int(per_host[c].dropna().max()) for c in ("batch_ts", "upstream_lw")
+        )
         phases.lap("parse_dedup_count")
 
         # 2. Host progress -> precise watermark -> status.
@@ -704,12 +709,6 @@ class BatchProcessor:
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
         self.echo(f"[{self.config.pipeline}] {summary.line()}")
-
-
-def _optional_max(column: pd.Series) -> int | None:
-    """The largest non-null value of a collected column, or None."""
-    present = column.dropna()
-    return int(present.max()) if len(present) else None
 
 
 def _optional_int(value) -> int | None:
