@@ -94,7 +94,9 @@ def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[
         # Columns unique (or nearly) per row, in events and late_events: Parquet's dictionary
         # encoder hashes every value until the dictionary outgrows its page and falls back to
         # plain anyway (a JFR profile of an exactly_once run: a third of the Delta write's
-        # samples). A 500k-row events write, best of 4: 0.72 -> 0.61 s; files 7% larger.
+        # samples). A 500k-row events write, best of 4: 0.72 -> 0.61 s; files 7% larger. Delta
+        # ignores per-write Parquet options, so this is the session's setting, by column name:
+        # any table the session writes with such a column gets it.
         **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in PLAIN_ENCODED_COLUMNS},
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
         "spark.databricks.delta.snapshotPartitions": "2",

@@ -255,8 +255,9 @@ def test_the_parsing_stage_compiles_to_the_same_code_in_every_batch(spark, tmp_p
     from tidemark.stream import start_stream
 
     config = write_config(tmp_path, name="cg", mode=mode)
-    files = sorted(_generated(config, small_scenario(seed=21)))
-    hold = Path(tmp_path / "later")
+    generate_files(small_scenario(seed=21), config.source.path)
+    files = sorted(Path(config.source.path).glob("part-*.jsonl"))
+    hold = tmp_path / "later"
     hold.mkdir()
     for f in files[len(files) // 2 :]:
         shutil.move(str(f), hold / f.name)
@@ -271,8 +272,3 @@ def test_the_parsing_stage_compiles_to_the_same_code_in_every_batch(spark, tmp_p
     (plan, code), (_, again) = codes
     assert NATIVE_UDF in plan and "reason" in plan  # the stage that parses and validates
     assert code == again
-
-
-def _generated(config, scenario) -> list[Path]:
-    generate_files(scenario, config.source.path)
-    return list(Path(config.source.path).glob("part-*.jsonl"))
