@@ -19,12 +19,8 @@ neither skipped nor repeated:
   file again, so lines of files recorded by committed batches are dropped before parsing
   (:class:`ResumePoint`). Host progress, open windows and the watermark live in Delta and continue
   from the last committed marker, as after any restart.
-* **The dedup catalog** (Spark state in the lost checkpoint) is re-seeded from the ``events``
-  table: for one ``dedup_horizon`` after the reset a batch also drops events whose ``event_id`` an
-  earlier run stored less than a horizon before the batch's timestamp: what the lost catalog
-  would still have remembered (to within one trigger interval at the horizon's edge, since Spark
-  evicts on the previous batch's timestamp). ``at_least_once`` runs keep no catalog, so nothing
-  is re-seeded for them.
+* **The dedup catalog** is the ``events`` table (:mod:`tidemark.dedup`), not the checkpoint, so a
+  publisher retry of a record an earlier run stored is dropped after the reset as before it.
 
 The checkpoint is a local (or mounted) directory, as for the run identity.
 """
@@ -117,11 +113,6 @@ class ResumePoint:
     before_batch: int  # table batches below this were committed by earlier runs
     kafka_offsets: dict[str, dict[str, int]] | None  # topic -> partition -> next offset to read
     files_done: frozenset[str]  # files committed batches read (normalized)
-    reseed_until_ms: int  # batches with a timestamp before this re-check pre-reset event ids
-    horizon_ms: int
-
-    def reseeds(self, batch_ts_ms: int) -> bool:
-        return self.before_batch > 0 and batch_ts_ms < self.reseed_until_ms
 
     def kafka_starting_offsets(self, bootstrap: str, topic: str) -> str:
         """``startingOffsets`` JSON: the recorded end of every partition; earliest for a partition
@@ -190,8 +181,6 @@ def resume_point(config: PipelineConfig, identity: T.RunIdentity) -> ResumePoint
         before_batch=identity.batch_offset,
         kafka_offsets=kafka_offsets,
         files_done=files,
-        reseed_until_ms=identity.reset_at_ms + config.dedup_horizon,
-        horizon_ms=config.dedup_horizon,
     )
 
 

@@ -51,6 +51,7 @@ from tidemark import reset as R
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
 from tidemark.config import ConfigError, PipelineConfig
+from tidemark.dedup import NO_REMOVED, deduplicate
 from tidemark.records import (
     EVENT_FIELDS,
     drop_blank_lines,
@@ -220,62 +221,21 @@ def is_event_col():
 def build_stream(
     spark: SparkSession, config: PipelineConfig, resume: R.ResumePoint | None = None
 ) -> DataFrame:
-    """The stream's plan: validated rows, and in exactly_once without publisher retries.
+    """The stream's plan: the source's validated rows, in either mode. The plan keeps no Spark
+    state: exactly_once removes publisher retries inside the batch (:mod:`tidemark.dedup`).
 
     Nothing that changes from batch to batch (a literal: the batch timestamp, a random seed)
     goes into the stage that parses: Spark generates its code with literals inlined, so one
     would make every micro-batch compile that ~2,400-line class again with Janino and run it
-    cold until HotSpot compiles it, ~0.25 s per 500k lines. at_least_once gets ``ingest_ts``
-    in the batch (:meth:`BatchProcessor.__call__`); exactly_once after the dedup shuffle."""
+    cold until HotSpot compiles it, ~0.25 s per 500k lines. ``ingest_ts`` joins the rows after
+    the batch cache (:meth:`BatchProcessor.__call__`)."""
+    # The raw line is kept for the quarantine only: good rows do not cache it.
     from pyspark.sql import functions as F
 
-    # The raw line is kept for the quarantine only: good rows do not shuffle or cache it.
     bad_raw = F.when(F.col("reason").isNotNull(), F.col("raw")).alias("raw")
-    parsed = parsed_source(spark, config, streaming=True, resume=resume).select(
+    return parsed_source(spark, config, streaming=True, resume=resume).select(
         *(bad_raw if c == "raw" else c for c in PARSED)
     )
-    if config.mode == "at_least_once":
-        return parsed
-    # One pass over the source: every row goes through the dedup operator. An event's key is
-    # its event_id; a heartbeat or bad line cannot be a retry, so its key is a single-use
-    # random UUID that no other row has (the NULLs keep the two kinds of key apart whatever an
-    # event_id holds). Routing those rows around the operator instead needs a union of two
-    # scans of the source, which parses every line twice (+45% batch time at 1M lines); the
-    # price of one pass is a catalog key per heartbeat and bad line for a horizon.
-    # The UUID comes from java.util.UUID.randomUUID through reflect(): Spark's uuid() inlines a
-    # seed that differs per batch. A replayed batch draws other UUIDs: harmless, since the
-    # attempt that crashed never committed its state version.
-    is_event = is_event_col()
-    keyed = parsed.select(
-        "*",
-        F.when(is_event, F.col("event_id")).alias("_dedup_id"),
-        F.when(~is_event, F.expr("reflect('java.util.UUID', 'randomUUID')")).alias("_dedup_line"),
-    )
-    # coalesce() to more partitions than there are is a stage break without a shuffle: the batch
-    # timestamp goes into a small stage of its own. (An explicit repartition by the key does not
-    # do: the watermark node drops its partitioning, and Spark shuffles a second time.)
-    return (
-        keyed.coalesce(2**31 - 1)
-        .select("*", F.current_timestamp().alias("ingest_ts"))
-        .withWatermark("ingest_ts", f"{dedup_delay_ms(config.dedup_horizon)} milliseconds")
-        .dropDuplicatesWithinWatermark(list(DEDUP_KEY))
-        .drop(*DEDUP_KEY)
-    )
-
-
-# The dedup operator's key (its state schema: changing it needs a checkpoint reset).
-DEDUP_KEY = ("_dedup_id", "_dedup_line")
-
-
-def dedup_delay_ms(horizon_ms: int) -> int:
-    """Spark watermark delay that gives a dedup catalog of ``horizon_ms`` processing time.
-
-    Spark's StreamingDeduplicateWithinWatermarkExec stores ``expiresAt = first_seen + delay`` and
-    evicts when the watermark (newest batch timestamp - delay) reaches it, i.e. a key lives
-    ``2 * delay`` of processing time. Half the horizon as delay keeps each id for exactly the
-    horizon.
-    """
-    return max(1, horizon_ms // 2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,34 +330,43 @@ class BatchProcessor:
         state, committed = self.state_before(batch_id)
         phases.lap("load_state")
         if committed:
-            # Every table already holds this batch; still run the plan to its end so the dedup
-            # operator commits its state version for the batch (Spark validates that it did).
-            batch.write.format("noop").mode("overwrite").save()
+            # Every table already holds this batch (the plan keeps no Spark state to commit).
             self._state = None  # reload from Delta for the next batch
             self._report(BatchSummary(batch_id, skipped=True))
             return
-        cached = [batch.persist()]
-        if (
-            self.config.mode == "exactly_once"  # at_least_once keeps no dedup catalog to re-seed
-            and source is not None
-            and self.resume is not None
-            and self.resume.reseeds(source.batch_ts_ms)
-        ):
-            cached.append(self._without_pre_reset_retries(cached[0], source.batch_ts_ms).persist())
-        rows = cached[-1]
-        if "ingest_ts" not in rows.columns:
-            # at_least_once: the batch timestamp joins after the cache (see build_stream).
-            from pyspark.sql import functions as F
+        from pyspark.sql import functions as F
 
-            batch_ts = (
-                source.batch_ts_ms
-                if source is not None
-                else R.batch_timestamp_ms(self.config, spark_batch_id)
+        cached = [batch.persist()]
+        # The batch timestamp joins after the cache (see build_stream): Spark's, from the offset
+        # log, the value current_timestamp() has, so a replay sees the same.
+        batch_ts = (
+            source.batch_ts_ms if source is not None else R.batch_timestamp_ms(self.config, spark_batch_id)
+        )
+        rows = raw = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
+        removed = NO_REMOVED
+        if self.config.mode == "exactly_once":
+            dedup = deduplicate(
+                self.spark,
+                rows,
+                batch_id=batch_id,
+                progress=state.progress,
+                batch_ts_ms=batch_ts,
+                horizon_ms=self.config.dedup_horizon,
+                events_path=self.writer.path(T.EVENTS),
+                is_event=is_event_col(),
+                lap=phases.lap,
             )
-            rows = rows.select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
+            rows, removed = dedup.rows, dedup.removed
+            cached.extend(dedup.cached)
         try:
             summary, new_state = self._process(
-                rows, batch_id, state, phases, source.progress if source else None
+                rows,
+                batch_id,
+                state,
+                phases,
+                source.progress if source else None,
+                raw=raw,
+                removed=removed,
             )
         finally:
             for frame in cached:
@@ -406,24 +375,6 @@ class BatchProcessor:
         self._state = new_state
         self._report(summary)
 
-    def _without_pre_reset_retries(self, batch: DataFrame, batch_ts_ms: int) -> DataFrame:
-        """Drop events an earlier run stored less than a dedup horizon before this batch: the
-        catalog lost with the old checkpoint would still have remembered them (a publisher retry
-        of a record committed before the reset must not be stored twice)."""
-        from pyspark.sql import functions as F
-
-        assert self.resume is not None
-        earlier = (
-            T.read_table(self.spark, self.writer.path(T.EVENTS))
-            .where(
-                (F.col("batch_id") < self.resume.before_batch)
-                & (F.unix_millis("ingest_ts") > batch_ts_ms - self.resume.horizon_ms)
-            )
-            .select("event_id")
-        )
-        events = batch.where(is_event_col()).join(earlier, "event_id", "left_anti")
-        return events.unionByName(batch.where(~is_event_col()))
-
     def _process(
         self,
         batch: DataFrame,
@@ -431,7 +382,16 @@ class BatchProcessor:
         state: PipelineState,
         phases: _Phases,
         source_progress: str | None = None,
+        raw: DataFrame | None = None,
+        removed: pd.DataFrame | None = NO_REMOVED,
     ) -> tuple[BatchSummary, PipelineState]:
+        """One batch's tables and state.
+
+        ``raw`` is the batch before deduplication, ``removed`` the (host, event_time) of the
+        events deduplication took out of it (None: not known on the driver). The quarantined
+        lines, and with ``removed`` the per-host counts, are read from ``raw``: the cache as it
+        is, without deduplication's joins; a removed copy never moves its host's progress (the
+        row it copies has the same time)."""
         from pyspark.sql import functions as F
 
         cfg, size, prev_wm = self.config, self.config.window, state.watermark
@@ -446,8 +406,9 @@ class BatchProcessor:
         #    value). Events and heartbeats move a host; quarantined lines (clock skew included)
         #    never do, and group under a NULL host whatever host they name. One Spark job instead
         #    of two (a global count, then a group-by) on each batch.
+        counted = batch if raw is None or removed is None else raw
         per_host = (
-            batch.groupBy(F.when(ok, F.col("host")).alias("host"))
+            counted.groupBy(F.when(ok, F.col("host")).alias("host"))
             .agg(
                 F.max(F.when(ok, F.col("event_time"))).alias("progress_ms"),
                 F.count_if(is_event).alias("events"),
@@ -459,6 +420,8 @@ class BatchProcessor:
             )
             .toPandas()
         )
+        if counted is not batch and len(removed):
+            per_host = _without_removed(per_host, removed, size, prev_wm)
         n_events, late_count, n_hb, n_bad = (
             int(per_host[c].sum()) for c in ("events", "late", "heartbeats", "quarantined")
         )
@@ -528,8 +491,10 @@ class BatchProcessor:
         global_lw = server.global_low_watermark
 
         if n_bad:
-            quarantine = batch.where(~ok).select(
-                "raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts"
+            quarantine = (
+                (batch if raw is None else raw)
+                .where(~ok)
+                .select("raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts")
             )
             self._write_rows(quarantine, n_bad, T.QUARANTINE, batch_id)
             phases.lap("write_quarantine")
@@ -709,6 +674,21 @@ class BatchProcessor:
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
         self.echo(f"[{self.config.pipeline}] {summary.line()}")
+
+
+def _without_removed(
+    per_host: pd.DataFrame, removed: pd.DataFrame, size: int, prev_wm: int | None
+) -> pd.DataFrame:
+    """Per-host counts less the removed events (and those of them that were late)."""
+    times = removed["event_time"].to_numpy(dtype="int64")
+    late = (times - times % size + size <= prev_wm) if prev_wm is not None else np.zeros(len(times), bool)
+    less = pd.DataFrame({"host": removed["host"].to_numpy(), "events": 1, "late": late.astype("int64")})
+    less = less.groupby("host").sum()
+    out = per_host.set_index("host", drop=False)
+    hit = out.index.isin(less.index)
+    for col in ("events", "late"):
+        out.loc[hit, col] = out.loc[hit, col] - less[col].reindex(out.index[hit]).to_numpy()
+    return out.reset_index(drop=True)
 
 
 def _optional_int(value) -> int | None:

@@ -1,0 +1,221 @@
+"""exactly_once deduplication: the catalog of seen event ids is the ``events`` table itself.
+
+A publisher retry is a copy of a record (same ``event_id``, host and event time) published
+again. The design source (Streaming Systems, chapter 5) keeps a catalog of seen ids and puts a
+filter in front of it, so most records never read the catalog. Tidemark's filter is exact for
+its sources, because a host publishes in event-time order:
+
+* A record whose event time is past its host's **progress** (the latest event time the batches
+  before this one committed for the host) cannot be a copy of a committed record: that record's
+  time would be at most the progress. Nearly every record is such a record, and costs nothing.
+* The others (retries; ties at the progress mark; records of a host out of order) are
+  **candidates**: they are looked up in the events earlier batches stored within
+  ``dedup_horizon`` of processing time (``ingest_ts``), with delta-rs on the driver, pruned by
+  the candidates' event-time range through Delta's file statistics.
+* Copies inside the batch are found by a 64-bit hash of the event id (a shuffle of 8-byte
+  values); only ids whose hash repeats are compared as strings.
+
+Only the rows of the two suspect kinds leave the cached batch: they are collected, resolved on
+the driver (catalog rows dropped, one row kept per id) and put back beside the rest. Above
+:data:`DRIVER_MAX_ROWS` suspects (a publisher replaying hours of input) Spark resolves them
+instead, reading the catalog with Spark's Delta reader.
+
+Why a replay gives the same rows: the batch's lines come from Spark's offset log, the progress
+from the state the previous batch committed, and the catalog lookup only sees batches below this
+one (``batch_id < N``), so rows a crashed attempt of this batch wrote are not in it. The catalog
+outlives the checkpoint: after ``--reset-checkpoint`` (:mod:`tidemark.reset`) a retry of a record
+an earlier run stored is still found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tidemark import tables as T
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+NO_REMOVED = pd.DataFrame({"host": pd.Series(dtype="object"), "event_time": pd.Series(dtype="int64")})
+# Up to this many suspect rows in a batch are resolved on the driver; more by Spark.
+DRIVER_MAX_ROWS = 200_000
+
+
+@dataclass(frozen=True)
+class DedupResult:
+    rows: DataFrame  # the batch without retries
+    suspects: int  # rows that were candidates or repeated an id hash within the batch
+    looked_up: int  # candidates looked up in the catalog
+    dropped: int  # retries removed (catalog hits and in-batch copies)
+    on_driver: bool
+    # (host, event_time) of the removed rows when the driver resolved them, else None: counts
+    # taken over the batch before deduplication are corrected by them (no read of ``rows``).
+    removed: pd.DataFrame | None = None
+    cached: tuple = ()  # frames persisted for the batch (the caller unpersists them)
+
+
+def _hash_col():
+    from pyspark.sql import functions as F
+
+    return F.xxhash64("event_id")
+
+
+def deduplicate(
+    spark: SparkSession,
+    batch: DataFrame,
+    *,
+    batch_id: int,
+    progress: pd.DataFrame,
+    batch_ts_ms: int,
+    horizon_ms: int,
+    events_path: str,
+    is_event,
+    lap=lambda name: None,
+) -> DedupResult:
+    """``batch`` (cached, with ``ingest_ts``) without the publisher retries it holds.
+
+    ``progress`` is the host progress the previous batch committed (index ``host``, column
+    ``progress_ms``); ``is_event`` the column of rows that can be retries (valid, no heartbeat)."""
+    from pyspark.sql import functions as F
+
+    # A candidate's event time is at most its host's progress, so at most the highest progress:
+    # one comparison with a constant finds a superset of the candidates without joining the
+    # hosts (which costs ~0.2 s per 500k rows); the driver then tests each suspect against its
+    # own host's progress.
+    ceiling = int(progress["progress_ms"].max()) if not progress.empty else None
+    below = F.col("event_time") <= F.lit(ceiling) if ceiling is not None else F.lit(False)
+    # 1. Suspect hashes: repeated in the batch, or held by a row at or below the ceiling.
+    groups = (
+        batch.where(is_event)
+        .select(_hash_col().alias("_h"), below.alias("_below"))
+        .groupBy("_h")
+        .agg(F.count(F.lit(1)).alias("n"), F.max("_below").alias("below"))
+        .where((F.col("n") > 1) | F.col("below"))
+        .toArrow()
+    )
+    lap("dedup_hashes")
+    if groups.num_rows == 0:
+        return DedupResult(batch, 0, 0, 0, on_driver=True, removed=NO_REMOVED)
+    n_suspects = int(pc.sum(groups["n"]).as_py())
+    hashes = spark.createDataFrame(groups.select(["_h"]))
+    on_hash = (_hash_col() == F.col("_h")) & is_event
+    clean = batch.join(F.broadcast(hashes), on_hash, "left_anti")
+    suspects = batch.join(F.broadcast(hashes), on_hash, "left_semi")
+    catalog = _Catalog(events_path, batch_id, batch_ts_ms - horizon_ms)
+    if n_suspects <= DRIVER_MAX_ROWS:
+        rows = suspects.toArrow()
+        lap("dedup_suspects")
+        keep, looked_up = _resolve_on_driver(rows, progress, catalog)
+        kept = rows.filter(pa.array(keep))
+        removed = rows.filter(pa.array(~keep)).select(["host", "event_time"]).to_pandas()
+        lap("dedup_lookup")
+        back = spark.createDataFrame(kept, schema=batch.schema) if kept.num_rows else None
+        lap("dedup_back")
+        result = clean if back is None else clean.unionByName(back)
+        return DedupResult(result, rows.num_rows, looked_up, len(removed), True, removed=removed)
+    # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
+    # no candidate cannot be there, so the lookup only costs time).
+    suspects = suspects.persist()
+    lo = suspects.agg(F.min("event_time")).first()[0] if ceiling is not None else None
+    kept = catalog.anti_join_spark(spark, suspects, (lo, ceiling)).dropDuplicates(["event_id"]).persist()
+    n_kept = kept.count()
+    return DedupResult(
+        clean.unionByName(kept),
+        n_suspects,
+        n_suspects,
+        n_suspects - n_kept,
+        on_driver=False,
+        cached=(suspects, kept),
+    )
+
+
+def _progress_frame(spark: SparkSession, progress: pd.DataFrame) -> DataFrame | None:
+    if progress.empty:
+        return None
+    table = pa.table(
+        {
+            "host": pa.array(progress.index.to_numpy(), pa.string()),
+            "_prev_ms": pa.array(progress["progress_ms"].to_numpy(dtype="int64")),
+        }
+    )
+    return spark.createDataFrame(table)
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    """The events batches before ``batch_id`` stored after ``since_ms`` (processing time).
+    Lookups name the event-time range of the ids they look for (the copies have the same time),
+    which Delta's file statistics prune the files by."""
+
+    path: str
+    batch_id: int
+    since_ms: int
+
+    def seen(self, ids: pa.Array, lo: int, hi: int) -> set[str]:
+        """Which of ``ids`` the catalog holds (delta-rs, on the driver)."""
+        import pyarrow.dataset as ds
+        from deltalake import DeltaTable
+
+        if len(ids) == 0 or not T.table_exists(self.path):
+            return set()
+        since = pa.scalar(self.since_ms * 1000, pa.timestamp("us", tz="UTC"))
+        found = (
+            DeltaTable(self.path)
+            .to_pyarrow_dataset()
+            .to_table(
+                columns=["event_id"],
+                filter=(ds.field("batch_id") < self.batch_id)
+                & (ds.field("event_time") >= lo)
+                & (ds.field("event_time") <= hi)
+                & (ds.field("ingest_ts") > since)
+                & ds.field("event_id").isin(ids),
+            )
+        )
+        return set(found["event_id"].to_pylist())
+
+    def anti_join_spark(
+        self, spark: SparkSession, suspects: DataFrame, window: tuple[int | None, int | None]
+    ) -> DataFrame:
+        """``suspects`` without the ids the catalog holds, read by Spark (many suspects)."""
+        from pyspark.sql import functions as F
+
+        lo, hi = window
+        if lo is None or hi is None or not T.table_exists(self.path):
+            return suspects
+        stored = (
+            T.read_table(spark, self.path)
+            .where(
+                (F.col("batch_id") < self.batch_id)
+                & F.col("event_time").between(lo, hi)
+                & (F.unix_millis("ingest_ts") > self.since_ms)
+            )
+            .select("event_id")
+        )
+        return suspects.join(stored, "event_id", "left_anti")
+
+
+def _resolve_on_driver(rows: pa.Table, progress: pd.DataFrame, catalog: _Catalog) -> tuple[np.ndarray, int]:
+    """Which suspect ``rows`` to keep (a mask): not in the catalog, one per event id; and how
+    many candidates were looked up."""
+    frame = rows.select(["event_id", "host", "event_time"]).to_pandas()
+    prev = frame["host"].map(progress["progress_ms"]) if not progress.empty else None
+    is_candidate = (
+        (frame["event_time"] <= prev).fillna(False).to_numpy(dtype=bool)
+        if prev is not None
+        else np.zeros(len(frame), dtype=bool)
+    )
+    candidates = frame[is_candidate]
+    candidate_ids = pa.array(candidates["event_id"].unique(), pa.string())
+    seen = (
+        catalog.seen(candidate_ids, int(candidates["event_time"].min()), int(candidates["event_time"].max()))
+        if len(candidates)
+        else set()
+    )
+    keep = ~frame["event_id"].isin(seen) & ~frame["event_id"].duplicated()
+    return keep.to_numpy(dtype=bool), len(candidate_ids)
