@@ -51,7 +51,7 @@ from tidemark import reset as R
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows, window_start_col
 from tidemark.config import ConfigError, PipelineConfig
-from tidemark.dedup import NO_REMOVED, deduplicate
+from tidemark.dedup import HASH, NO_REMOVED, deduplicate
 from tidemark.records import (
     EVENT_FIELDS,
     drop_blank_lines,
@@ -233,9 +233,14 @@ def build_stream(
     from pyspark.sql import functions as F
 
     bad_raw = F.when(F.col("reason").isNotNull(), F.col("raw")).alias("raw")
-    return parsed_source(spark, config, streaming=True, resume=resume).select(
+    parsed = parsed_source(spark, config, streaming=True, resume=resume).select(
         *(bad_raw if c == "raw" else c for c in PARSED)
     )
+    if config.mode == "at_least_once":
+        return parsed
+    # exactly_once: the 64-bit hash of an event's id, computed once per row in the parsing stage
+    # and cached with it, is what deduplication groups and joins by (NULL: no event).
+    return parsed.select("*", F.when(is_event_col(), F.xxhash64("event_id")).alias(HASH))
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,7 +358,6 @@ class BatchProcessor:
                 batch_ts_ms=batch_ts,
                 horizon_ms=self.config.dedup_horizon,
                 events_path=self.writer.path(T.EVENTS),
-                is_event=is_event_col(),
                 lap=phases.lap,
             )
             rows, removed = dedup.rows, dedup.removed
@@ -367,6 +371,7 @@ class BatchProcessor:
                 source.progress if source else None,
                 raw=raw,
                 removed=removed,
+                batch_ts_ms=batch_ts,
             )
         finally:
             for frame in cached:
@@ -384,6 +389,7 @@ class BatchProcessor:
         source_progress: str | None = None,
         raw: DataFrame | None = None,
         removed: pd.DataFrame | None = NO_REMOVED,
+        batch_ts_ms: int | None = None,
     ) -> tuple[BatchSummary, PipelineState]:
         """One batch's tables and state.
 
@@ -401,9 +407,8 @@ class BatchProcessor:
         window_start = window_start_col("event_time", size)
         late_flag = (window_start + F.lit(size) <= F.lit(prev_wm)) if prev_wm is not None else F.lit(False)
 
-        # 1. One pass, per host: the batch's counts, its hosts' progress and its processing time
-        #    (its Spark batch timestamp, fixed in the offset log, so a replay sees the same
-        #    value). Events and heartbeats move a host; quarantined lines (clock skew included)
+        # 1. One pass, per host: the batch's counts and its hosts' progress. Events and
+        #    heartbeats move a host; quarantined lines (clock skew included)
         #    never do, and group under a NULL host whatever host they name. One Spark job instead
         #    of two (a global count, then a group-by) on each batch.
         counted = batch if raw is None or removed is None else raw
@@ -412,22 +417,17 @@ class BatchProcessor:
             .agg(
                 F.max(F.when(ok, F.col("event_time"))).alias("progress_ms"),
                 F.count_if(is_event).alias("events"),
-                F.count_if(is_event & late_flag).alias("late"),
                 F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
                 F.count_if(~ok).alias("quarantined"),
-                F.max(F.unix_millis("ingest_ts")).alias("batch_ts"),
                 F.max("upstream_lw").alias("upstream_lw"),
             )
             .toPandas()
         )
         if counted is not batch and len(removed):
-            per_host = _without_removed(per_host, removed, size, prev_wm)
-        n_events, late_count, n_hb, n_bad = (
-            int(per_host[c].sum()) for c in ("events", "late", "heartbeats", "quarantined")
-        )
-        batch_ts, upstream_lw = (
-            _optional_int(per_host[c].dropna().max()) for c in ("batch_ts", "upstream_lw")
-        )
+            per_host = _without_removed(per_host, removed)
+        n_events, n_hb, n_bad = (int(per_host[c].sum()) for c in ("events", "heartbeats", "quarantined"))
+        upstream_lw = _optional_int(per_host["upstream_lw"].dropna().max())
+        batch_ts = batch_ts_ms if len(per_host) else None
         phases.lap("parse_dedup_count")
 
         # 2. Host progress -> precise watermark -> status.
@@ -466,14 +466,23 @@ class BatchProcessor:
         phases.lap("host_progress")
 
         # 3. On-time partial sums; windows the watermark has passed close now, each written once.
+        # The batch's sums cover every window, and the late ones (closed before the batch) are
+        # taken out here, on the driver: the stage holds no per-batch value (see build_stream).
         good = batch.where(is_event)
-        batch_partials = _empty_open()
+        batch_partials, late_count = _empty_open(), 0
         if n_events:
-            batch_partials = (
-                aggregate_windows(good.where(~late_flag), size)
+            partials = (
+                aggregate_windows(good, size)
                 .toPandas()
                 .astype({"window_start_ms": "int64", "events": "int64"})
             )
+            late = (
+                partials["window_start_ms"] + size <= prev_wm
+                if prev_wm is not None
+                else pd.Series(False, index=partials.index)
+            )
+            late_count = int(partials.loc[late, "events"].sum())
+            batch_partials = partials[~late].reset_index(drop=True)
         open_windows = _sum_partials(state.open_windows, batch_partials)
         closing_mask = (
             open_windows["window_start_ms"] + size <= watermark
@@ -676,18 +685,12 @@ class BatchProcessor:
         self.echo(f"[{self.config.pipeline}] {summary.line()}")
 
 
-def _without_removed(
-    per_host: pd.DataFrame, removed: pd.DataFrame, size: int, prev_wm: int | None
-) -> pd.DataFrame:
-    """Per-host counts less the removed events (and those of them that were late)."""
-    times = removed["event_time"].to_numpy(dtype="int64")
-    late = (times - times % size + size <= prev_wm) if prev_wm is not None else np.zeros(len(times), bool)
-    less = pd.DataFrame({"host": removed["host"].to_numpy(), "events": 1, "late": late.astype("int64")})
-    less = less.groupby("host").sum()
+def _without_removed(per_host: pd.DataFrame, removed: pd.DataFrame) -> pd.DataFrame:
+    """Per-host event counts less the removed events."""
+    less = removed.groupby("host").size()
     out = per_host.set_index("host", drop=False)
     hit = out.index.isin(less.index)
-    for col in ("events", "late"):
-        out.loc[hit, col] = out.loc[hit, col] - less[col].reindex(out.index[hit]).to_numpy()
+    out.loc[hit, "events"] = out.loc[hit, "events"] - less.reindex(out.index[hit]).to_numpy()
     return out.reset_index(drop=True)
 
 
