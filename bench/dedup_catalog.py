@@ -1,19 +1,18 @@
-"""Dedup catalog cost as it fills: the exactly_once batch as the number of remembered event ids
-grows.
+"""Dedup catalog cost as it fills: the exactly_once batch as the events table (the catalog of
+seen ids) grows.
 
     .venv/bin/python bench/dedup_catalog.py [--landing var/bench/throughput/landing]
         [--files-per-trigger 1] [--every 5]
 
-Spark's ``dropDuplicatesWithinWatermark`` looks up each incoming key in the state store, and
-after every batch it iterates over *every* key of the store to evict the expired ones
-(``StreamingDeduplicateWithinWatermarkExec.evictDupInfoFromState``). With a long
-``dedup_horizon`` nothing expires for a day, so the scan grows with the catalog. This script
-streams the landing files ``bench/throughput.py`` leaves (5M events by its issue-scale command)
-through a fresh exactly_once pipeline, ``--files-per-trigger`` one-minute files per batch, and
-prints, per batch, the catalog size (the sum of the operator's new keys so far), Spark's
-``allUpdatesTimeMs`` (lookups and inserts), ``allRemovalsTimeMs`` (the eviction scan) and
-``commitTimeMs``, and the eviction scan's cost per million keys (a least-squares line through
-the batches). Markdown; nothing is asserted.
+exactly_once looks a batch's candidates (records at or below their host's progress: retries,
+ties, out-of-order records) up in the events earlier batches stored (:mod:`tidemark.dedup`),
+pruning the table's files by their event-time statistics. This script streams the landing files
+``bench/throughput.py`` leaves (5M events by its issue-scale command) through a fresh
+exactly_once pipeline, ``--files-per-trigger`` one-minute files per batch, and prints, per
+batch, the events stored before it (the catalog), the suspects, the ids looked up, the retries
+dropped, the seconds of each deduplication step (Tidemark's phase timer) and of the batch, and
+the lookup's cost per million stored events (a least-squares line through the batches: flat
+means the lookup does not grow with the catalog). Markdown; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 from benchlib import (
     DEFAULT_WORKDIR,
-    json_progress,
     load_line,
     machine_line,
     md_table,
@@ -38,29 +36,6 @@ from benchlib import (
 )
 
 from tidemark.stream import start_stream
-
-
-def dedup_metrics(progress: list[dict]) -> list[dict]:
-    """Per batch with input: the dedup operator's metrics (summed over its partitions)."""
-    rows = []
-    for p in progress:
-        ops = [op for op in p.get("stateOperators", []) if op.get("operatorName", "").startswith("dedupe")]
-        if not ops or not p.get("numInputRows"):
-            continue
-        op = ops[0]
-        rows.append(
-            {
-                "batch": p["batchId"],
-                "input": int(p["numInputRows"]),
-                "new_keys": int(op.get("numRowsUpdated", 0)),
-                "removed": int(op.get("numRowsRemoved", 0)),
-                "updates_ms": int(op.get("allUpdatesTimeMs", 0)),
-                "removals_ms": int(op.get("allRemovalsTimeMs", 0)),
-                "commit_ms": int(op.get("commitTimeMs", 0)),
-                "trigger_ms": int(p.get("durationMs", {}).get("triggerExecution", 0)),
-            }
-        )
-    return rows
 
 
 def main() -> int:
@@ -76,57 +51,53 @@ def main() -> int:
     shutil.rmtree(root, ignore_errors=True)
     print(f"machine: {machine_line()}", flush=True)
     spark = session()
-    # Spark keeps the last 100 progress updates by default; keep every batch's.
-    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     config = pipeline_config(root, "dedup-catalog", args.landing, args.files_per_trigger)
     started = time.monotonic()
-    query, _processor = start_stream(spark, config, once=True, echo=lambda _m: None)
+    query, processor = start_stream(spark, config, once=True, echo=lambda _m: None)
     query.awaitTermination()
     wall = time.monotonic() - started
-    rows = dedup_metrics([json_progress(p) for p in query.recentProgress])
+    summaries = [s for s in processor.summaries if not s.skipped and s.events]
     spark.stop()
-    print(f"streamed in {wall:.1f}s, {len(rows)} batches ({load_line()})", flush=True)
+    print(f"streamed in {wall:.1f}s, {len(summaries)} batches ({load_line()})", flush=True)
 
-    keys = 0
+    stored = 0
     table, xs, ys = [], [], []
-    for i, r in enumerate(rows):
-        before = keys  # the eviction scan runs after the batch's inserts
-        keys += r["new_keys"] - r["removed"]
-        xs.append(keys / 1e6)
-        ys.append(r["removals_ms"])
-        if i % args.every == 0 or i == len(rows) - 1:
+    for i, s in enumerate(summaries):
+        phase = {name: s.phases.get(f"dedup_{name}", 0.0) for name in ("hashes", "suspects", "lookup")}
+        xs.append(stored / 1e6)
+        ys.append(phase["lookup"] * 1000)
+        if i % args.every == 0 or i == len(summaries) - 1:
             table.append(
                 [
-                    f"{r['batch']}",
-                    f"{r['input']:,}",
-                    f"{before:,}",
-                    f"{keys:,}",
-                    f"{r['updates_ms']:,}",
-                    f"{r['removals_ms']:,}",
-                    f"{r['commit_ms']:,}",
-                    f"{r['trigger_ms']:,}",
+                    f"{s.batch_id}",
+                    f"{stored:,}",
+                    f"{s.retries_looked_up:,}",
+                    f"{s.retries_dropped:,}",
+                    *(f"{phase[name]:.2f}" for name in ("hashes", "suspects", "lookup")),
+                    f"{s.seconds:.2f}",
                 ]
             )
+        stored += s.events
     print()
     print(
         md_table(
             [
                 "batch",
-                "input rows",
-                "catalog before",
-                "catalog after",
-                "lookups + inserts (ms)",
-                "eviction scan (ms)",
-                "state commit (ms)",
-                "batch (ms)",
+                "events stored before (catalog)",
+                "ids looked up",
+                "retries dropped",
+                "hash pass (s, with the batch's parse and cache)",
+                "suspects collected (s)",
+                "catalog lookup (s)",
+                "batch (s)",
             ],
             table,
         )
     )
-    if len(rows) > 2:
+    if len(summaries) > 2:
         print(
-            f"\neviction scan: {np.polyfit(xs, ys, 1)[0]:,.0f} ms per million keys in the catalog "
-            f"(least squares over {len(rows)} batches; summed over the operator's partitions)"
+            f"\ncatalog lookup: {np.polyfit(xs, ys, 1)[0]:,.1f} ms more per million stored events "
+            f"(least squares over {len(summaries)} batches)"
         )
     return 0
 

@@ -1,24 +1,17 @@
 """exactly_once vs at_least_once on the same Kafka input, dedup state size, and recovery time.
 
-    .venv/bin/python bench/kafka_modes.py [--hosts 10000] [--minutes 10] [--rate 10] [--no-variants]
+    .venv/bin/python bench/kafka_modes.py [--hosts 10000] [--minutes 10] [--rate 10]
 
 Starts the project's broker on a free port, publishes one scenario (1% publisher retries), then
 in one run: streams it with exactly_once and with at_least_once (same topic, separate
-checkpoints), reports events/s and the ratio, the dedup state after the run (rows, read back
-with Spark's state data source; RocksDB bytes on disk) and the time from a restart after SIGKILL
-to the first committed batch. Two more exactly_once rows in the same run, for comparison:
-``events only deduplicated (two scans)`` (the earlier plan, where heartbeats and bad lines went
-around the dedup operator, at the price of a second scan and parse of the source) and ``tracked
-row count`` (``spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows=true``, Spark's
-default, which Tidemark turns off: RocksDB then reads before every write to keep the row-count
-metric). Figures are printed as
-markdown; nothing is asserted.
+checkpoints), reports events/s, the ratio and the retries exactly_once dropped, and the time from
+a restart after SIGKILL to the first committed batch. Figures are printed as markdown; nothing is
+asserted.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import subprocess
 import sys
 import tempfile
@@ -31,16 +24,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 from conftest import KafkaBroker  # noqa: E402
 from helpers import write_config  # noqa: E402
 
-from tidemark import stream as S  # noqa: E402
 from tidemark.generator import Scenario  # noqa: E402
 from tidemark.kafka import publish_scenario  # noqa: E402
 from tidemark.sparkenv import build_session  # noqa: E402
 from tidemark.stream import start_stream  # noqa: E402
 from tidemark.tables import read_local, table_exists  # noqa: E402
-
-
-def du(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def kafka_config(root: Path, name: str, broker: KafkaBroker, topic: str, per_trigger: int, **extra):
@@ -59,50 +47,15 @@ def kafka_config(root: Path, name: str, broker: KafkaBroker, topic: str, per_tri
     )
 
 
-def build_stream_events_only(spark, config, resume=None):
-    """The earlier plan: only events through the dedup operator, heartbeats and bad lines
-    around it (no single-use keys in the catalog, but two scans of the source, unioned)."""
-    from pyspark.sql import functions as F
-
-    parsed = S.parsed_source(spark, config, streaming=True, resume=resume).withColumn(
-        "ingest_ts", F.current_timestamp()
-    )
-    events = (
-        parsed.where(S.is_event_col())
-        .withWatermark("ingest_ts", f"{S.dedup_delay_ms(config.dedup_horizon)} milliseconds")
-        .dropDuplicatesWithinWatermark(["event_id"])
-    )
-    return events.unionByName(parsed.where(~S.is_event_col()))
-
-
-@contextlib.contextmanager
-def variant(spark, name: str):
-    original, conf_key = S.build_stream, "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
-    if name == "events only deduplicated (two scans)":
-        S.build_stream = build_stream_events_only
-    if name == "tracked row count":
-        spark.conf.set(conf_key, "true")
-    try:
-        yield
-    finally:
-        S.build_stream = original
-        spark.conf.unset(conf_key)
-
-
-def run_mode(spark, root: Path, broker: KafkaBroker, topic: str, mode: str, per_trigger: int, name: str):
-    slug = name.replace("_", "-").replace(" ", "-")
-    config = kafka_config(root, f"bench-{slug}", broker, topic, per_trigger, mode=mode)
+def run_mode(spark, root: Path, broker: KafkaBroker, topic: str, mode: str, per_trigger: int):
+    config = kafka_config(root, f"bench-{mode.replace('_', '-')}", broker, topic, per_trigger, mode=mode)
     started = time.monotonic()
-    with variant(spark, name):
-        query, processor = start_stream(spark, config, once=True, echo=lambda m: None)
-        query.awaitTermination()
+    query, processor = start_stream(spark, config, once=True, echo=lambda m: None)
+    query.awaitTermination()
     wall = time.monotonic() - started
     events = sum(s.events for s in processor.summaries)
-    state_rows = None
-    state_dir = Path(config.checkpoint) / "state"
-    if mode == "exactly_once":  # read the dedup state back: exact even when the metric is off
-        state_rows = spark.read.format("statestore").load(config.checkpoint).count()
-    return config, wall, events, state_rows, du(state_dir) if state_dir.exists() else 0
+    dropped = sum(s.retries_dropped for s in processor.summaries)
+    return wall, events, dropped
 
 
 def recovery_seconds(root: Path, broker: KafkaBroker, topic: str, per_trigger: int) -> float:
@@ -149,11 +102,6 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, default=10)
     parser.add_argument("--rate", type=int, default=10, help="events per host per minute")
     parser.add_argument("--per-trigger", type=int, default=200_000, help="maxOffsetsPerTrigger")
-    parser.add_argument(
-        "--no-variants",
-        action="store_true",
-        help="only exactly_once and at_least_once (skip the two comparison rows), to fit a bigger input",
-    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     broker = KafkaBroker(root / "kafka")
@@ -175,31 +123,16 @@ def main() -> None:
             f"{truth.duplicate_copies:,} retry copies), published in {publish_s:.1f}s\n",
             flush=True,
         )
-        print(
-            "| mode | events stored | wall (s) | events/s | ratio to exactly_once | dedup state rows "
-            "| dedup state on disk |"
-        )
-        print("|---|---:|---:|---:|---:|---:|---:|", flush=True)
+        print("| mode | events stored | retries dropped | wall (s) | events/s | ratio to exactly_once |")
+        print("|---|---:|---:|---:|---:|---:|", flush=True)
         spark = build_session(shuffle_partitions=4)
         eo_rate = None
-        runs = [
-            ("exactly_once", "exactly_once"),
-            ("exactly_once", "events only deduplicated (two scans)"),
-            ("exactly_once", "tracked row count"),
-            ("at_least_once", "at_least_once"),
-        ]
-        if args.no_variants:
-            runs = [run for run in runs if run[0] == run[1]]
-        for mode, name in runs:
-            _cfg, wall, events, state_rows, disk = run_mode(
-                spark, root, broker, "bench", mode, args.per_trigger, name
-            )
+        for mode in ("exactly_once", "at_least_once"):
+            wall, events, dropped = run_mode(spark, root, broker, "bench", mode, args.per_trigger)
             rate = events / wall
             eo_rate = eo_rate or rate
-            label = name if name == mode else f"exactly_once, {name}"
             print(
-                f"| {label} | {events:,} | {wall:.1f} | {rate:,.0f} | {rate / eo_rate:.2f} | "
-                f"{f'{state_rows:,}' if state_rows is not None else '-'} | {disk / 1e6:.1f} MB |",
+                f"| {mode} | {events:,} | {dropped:,} | {wall:.1f} | {rate:,.0f} | {rate / eo_rate:.2f} |",
                 flush=True,
             )
         spark.stop()

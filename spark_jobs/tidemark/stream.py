@@ -131,6 +131,8 @@ class BatchSummary:
     open_windows: int = 0
     seconds: float = 0.0
     skipped: bool = False
+    retries_dropped: int = 0  # exactly_once: publisher retries deduplication removed
+    retries_looked_up: int = 0  # exactly_once: ids looked up in the catalog (events table)
     phases: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
@@ -147,7 +149,8 @@ class BatchSummary:
         )
         return (
             f"batch {self.batch_id}: {self.events:,} events, {self.late:,} late, "
-            f"{self.quarantined:,} quarantined | watermark {format_instant_ms(self.watermark)}"
+            f"{self.quarantined:,} quarantined, {self.retries_dropped:,} retries dropped "
+            f"| watermark {format_instant_ms(self.watermark)}"
             f"{moved} {self.state} | hosts {self.hosts_reporting:,}/{self.hosts_total:,} reporting, "
             f"{self.hosts_lagging:,} lagging | {self.windows_closed:,} window rows closed, "
             f"{self.open_windows:,} open | {self.seconds:.1f}s"
@@ -348,7 +351,7 @@ class BatchProcessor:
             source.batch_ts_ms if source is not None else R.batch_timestamp_ms(self.config, spark_batch_id)
         )
         rows = raw = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
-        removed = NO_REMOVED
+        removed, dedup = NO_REMOVED, None
         if self.config.mode == "exactly_once":
             dedup = deduplicate(
                 self.spark,
@@ -376,7 +379,13 @@ class BatchProcessor:
         finally:
             for frame in cached:
                 frame.unpersist()
-        summary = dataclasses.replace(summary, seconds=time.monotonic() - started, phases=phases.times)
+        summary = dataclasses.replace(
+            summary,
+            seconds=time.monotonic() - started,
+            phases=phases.times,
+            retries_dropped=dedup.dropped if dedup else 0,
+            retries_looked_up=dedup.looked_up if dedup else 0,
+        )
         self._state = new_state
         self._report(summary)
 
