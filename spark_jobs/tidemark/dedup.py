@@ -52,10 +52,8 @@ DRIVER_MAX_ROWS = 200_000
 @dataclass(frozen=True)
 class DedupResult:
     rows: DataFrame  # the batch without retries
-    suspects: int  # rows that were candidates or repeated an id hash within the batch
     looked_up: int  # candidates looked up in the catalog
     dropped: int  # retries removed (catalog hits and in-batch copies)
-    on_driver: bool
     # (host, event_time) of the removed rows when the driver resolved them, else None: counts
     # taken over the batch before deduplication are corrected by them (no read of ``rows``).
     removed: pd.DataFrame | None = None
@@ -97,7 +95,7 @@ def deduplicate(
     )
     lap("dedup_hashes")
     if groups.num_rows == 0:
-        return DedupResult(batch, 0, 0, 0, on_driver=True, removed=NO_REMOVED)
+        return DedupResult(batch, 0, 0, removed=NO_REMOVED)
     n_suspects = int(pc.sum(groups["n"]).as_py())
     hashes = spark.createDataFrame(groups.select([HASH]).rename_columns(["_suspect"]))
     on_hash = F.col(HASH) == F.col("_suspect")
@@ -114,7 +112,7 @@ def deduplicate(
         back = spark.createDataFrame(kept, schema=batch.schema) if kept.num_rows else None
         lap("dedup_back")
         result = clean if back is None else clean.unionByName(back)
-        return DedupResult(result, rows.num_rows, looked_up, len(removed), True, removed=removed)
+        return DedupResult(result, looked_up, len(removed), removed=removed)
     # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
     # no candidate cannot be there, so the lookup only costs time).
     suspects = suspects.persist()
@@ -122,12 +120,7 @@ def deduplicate(
     kept = catalog.anti_join_spark(spark, suspects, (lo, ceiling)).dropDuplicates(["event_id"]).persist()
     n_kept = kept.count()
     return DedupResult(
-        clean.unionByName(kept),
-        n_suspects,
-        n_suspects,
-        n_suspects - n_kept,
-        on_driver=False,
-        cached=(suspects, kept),
+        clean.unionByName(kept), n_suspects, n_suspects - n_kept, removed=None, cached=(suspects, kept)
     )
 
 

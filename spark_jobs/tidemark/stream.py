@@ -3,9 +3,9 @@
 Plan (per micro-batch, Spark Structured Streaming with ``foreachBatch``)::
 
     source lines ─ parse/validate ─ dedup by event_id ─┬─ quarantine   (bad lines)
-       (files | kafka)   (records.py)   (Spark state,    ├─ events       (all unique valid records)
-                                         processing-time  ├─ late_events  (window already closed)
-                                         horizon)         ├─ windows      (closed by the watermark)
+       (files | kafka)   (records.py)   (dedup.py: the    ├─ events       (all unique valid records)
+                                         events table as  ├─ late_events  (window already closed)
+                                         the catalog)     ├─ windows      (closed by the watermark)
                                                           ├─ _state/*     (host progress, open sums)
                                                           └─ watermarks   (commit marker, last)
 
@@ -13,8 +13,9 @@ Why it is exactly-once:
 
 * The source is replayable and Spark writes a batch's offsets (and its batch timestamp) to the
   checkpoint before running it, so a batch re-run after a crash sees the same lines.
-* Deduplication uses Spark's state store, which reloads the state version the batch started
-  from on a re-run, so the same records survive deduplication again.
+* Deduplication looks retries up in the events earlier batches stored (``batch_id`` below the
+  batch's own), against the host progress the previous batch committed, so a re-run drops the
+  same records again (:mod:`tidemark.dedup`).
 * Everything else the batch computes is a function of (its lines, the state batch N-1 left):
   that state is read from the Delta versions recorded in batch N-1's watermark row, never from
   tables a crashed attempt of N may already have changed.
@@ -22,11 +23,8 @@ Why it is exactly-once:
   write Delta has already committed is skipped. The watermark row is written last; when it
   exists for N the whole batch is skipped.
 
-Deduplication keeps each ``event_id`` for ``dedup_horizon`` of *processing* time (the column it
-watermarks is the batch timestamp, not the event time), so a lagging host's records are never
-expired as late and a retry is caught however old its event time. Heartbeats and bad lines pass
-through the same operator under single-use keys (see :func:`build_stream`), so the source is
-scanned and parsed once per batch.
+Deduplication catches a retry of any event stored within ``dedup_horizon`` of *processing* time
+(the events' ``ingest_ts``), however old its event time. The plan keeps no Spark state.
 
 Each commit marker also records the source range its batch covered (``source_progress``), so a
 run started with ``--reset-checkpoint`` (:mod:`tidemark.reset`) resumes exactly there.
