@@ -7,7 +7,7 @@ its sources, because a host publishes in event-time order:
 
 * A record whose event time is past its host's **progress** (the latest event time the batches
   before this one committed for the host) cannot be a copy of a committed record: that record's
-  time would be at most the progress. Nearly every record is such a record, and costs nothing.
+  time would be at most the progress. Nearly every record is such a record, and is never looked up.
 * The others (retries; ties at the progress mark; records of a host out of order) are
   **candidates**: they are looked up in the events earlier batches stored within
   ``dedup_horizon`` of processing time (``ingest_ts``), with delta-rs on the driver, pruned by
