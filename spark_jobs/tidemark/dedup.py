@@ -119,6 +119,7 @@ def deduplicate(
     lo = suspects.agg(F.min("event_time")).first()[0] if ceiling is not None else None
     kept = catalog.anti_join_spark(spark, suspects, (lo, ceiling)).dropDuplicates(["event_id"]).persist()
     n_kept = kept.count()
+    lap("dedup_spark")
     return DedupResult(
         clean.unionByName(kept), n_suspects, n_suspects - n_kept, removed=None, cached=(suspects, kept)
     )

@@ -230,9 +230,9 @@ def build_stream(
     would make every micro-batch compile that ~2,400-line class again with Janino and run it
     cold until HotSpot compiles it, ~0.25 s per 500k lines. ``ingest_ts`` joins the rows after
     the batch cache (:meth:`BatchProcessor.__call__`)."""
-    # The raw line is kept for the quarantine only: good rows do not cache it.
     from pyspark.sql import functions as F
 
+    # The raw line is kept for the quarantine only: good rows do not cache it.
     bad_raw = F.when(F.col("reason").isNotNull(), F.col("raw")).alias("raw")
     parsed = parsed_source(spark, config, streaming=True, resume=resume).select(
         *(bad_raw if c == "raw" else c for c in PARSED)
@@ -348,8 +348,8 @@ class BatchProcessor:
         batch_ts = (
             source.batch_ts_ms if source is not None else R.batch_timestamp_ms(self.config, spark_batch_id)
         )
-        rows = raw = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
-        removed, dedup = NO_REMOVED, None
+        rows = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
+        counted, removed, dedup = rows, NO_REMOVED, None
         if self.config.mode == "exactly_once":
             dedup = deduplicate(
                 self.spark,
@@ -361,7 +361,11 @@ class BatchProcessor:
                 events_path=self.writer.path(T.EVENTS),
                 lap=phases.lap,
             )
-            rows, removed = dedup.rows, dedup.removed
+            if dedup.removed is None:  # resolved by Spark: count the deduplicated rows
+                counted = dedup.rows
+            else:  # resolved on the driver: count the cache as it is, less the removed copies
+                removed = dedup.removed
+            rows = dedup.rows
             cached.extend(dedup.cached)
         try:
             summary, new_state = self._process(
@@ -370,7 +374,7 @@ class BatchProcessor:
                 state,
                 phases,
                 source.progress if source else None,
-                raw=raw,
+                counted=counted,
                 removed=removed,
                 batch_ts_ms=batch_ts,
             )
@@ -394,17 +398,17 @@ class BatchProcessor:
         state: PipelineState,
         phases: _Phases,
         source_progress: str | None = None,
-        raw: DataFrame | None = None,
-        removed: pd.DataFrame | None = NO_REMOVED,
+        counted: DataFrame | None = None,
+        removed: pd.DataFrame = NO_REMOVED,
         batch_ts_ms: int | None = None,
     ) -> tuple[BatchSummary, PipelineState]:
         """One batch's tables and state.
 
-        ``raw`` is the batch before deduplication, ``removed`` the (host, event_time) of the
-        events deduplication took out of it (None: not known on the driver). The quarantined
-        lines, and with ``removed`` the per-host counts, are read from ``raw``: the cache as it
-        is, without deduplication's joins; a removed copy never moves its host's progress (the
-        row it copies has the same time)."""
+        The per-host counts and the quarantined lines are read from ``counted`` (default
+        ``batch``): the batch before deduplication when deduplication resolved its retries on
+        the driver, so those reads skip its joins; ``removed`` holds the (host, event_time) of
+        the events it took out, which the counts are corrected by. A removed copy never moves
+        its host's progress (the row it copies has the same time)."""
         from pyspark.sql import functions as F
 
         cfg, size, prev_wm = self.config, self.config.window, state.watermark
@@ -414,11 +418,11 @@ class BatchProcessor:
         window_start = window_start_col("event_time", size)
         late_flag = (window_start + F.lit(size) <= F.lit(prev_wm)) if prev_wm is not None else F.lit(False)
 
-        # 1. One pass, per host: the batch's counts and its hosts' progress. Events and
-        #    heartbeats move a host; quarantined lines (clock skew included)
-        #    never do, and group under a NULL host whatever host they name. One Spark job instead
-        #    of two (a global count, then a group-by) on each batch.
-        counted = batch if raw is None or removed is None else raw
+        # 1. One pass, per host: the batch's counts and its hosts' progress. Events and heartbeats
+        #    move a host; quarantined lines (clock skew included) never do, and group under a NULL
+        #    host whatever host they name. One Spark job instead of two (a global count, then a
+        #    group-by) on each batch.
+        counted = batch if counted is None else counted
         per_host = (
             counted.groupBy(F.when(ok, F.col("host")).alias("host"))
             .agg(
@@ -430,7 +434,7 @@ class BatchProcessor:
             )
             .toPandas()
         )
-        if counted is not batch and len(removed):
+        if len(removed):
             per_host = _without_removed(per_host, removed)
         n_events, n_hb, n_bad = (int(per_host[c].sum()) for c in ("events", "heartbeats", "quarantined"))
         upstream_lw = _optional_int(per_host["upstream_lw"].dropna().max())
@@ -507,10 +511,8 @@ class BatchProcessor:
         global_lw = server.global_low_watermark
 
         if n_bad:
-            quarantine = (
-                (batch if raw is None else raw)
-                .where(~ok)
-                .select("raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts")
+            quarantine = counted.where(~ok).select(
+                "raw", "reason", "source", F.lit(batch_id).alias("batch_id"), "ingest_ts"
             )
             self._write_rows(quarantine, n_bad, T.QUARANTINE, batch_id)
             phases.lap("write_quarantine")
