@@ -202,13 +202,8 @@ def _resolve_on_driver(rows: pa.Table, progress: pd.DataFrame, catalog: _Catalog
     """Which suspect ``rows`` to keep (a mask): not in the catalog, one per event id; and how
     many candidates were looked up."""
     frame = rows.select(["event_id", "host", "event_time"]).to_pandas()
-    prev = frame["host"].map(progress["progress_ms"]) if not progress.empty else None
-    is_candidate = (
-        (frame["event_time"] <= prev).fillna(False).to_numpy(dtype=bool)
-        if prev is not None
-        else np.zeros(len(frame), dtype=bool)
-    )
-    candidates = frame[is_candidate]
+    # A host with no progress yet maps to NaN, and no comparison with NaN holds.
+    candidates = frame[frame["event_time"] <= frame["host"].map(progress["progress_ms"])]
     candidate_ids = pa.array(candidates["event_id"].unique(), pa.string())
     seen = (
         catalog.seen(candidate_ids, int(candidates["event_time"].min()), int(candidates["event_time"].max()))

@@ -110,7 +110,6 @@ def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
 class ResumePoint:
     """How a run that started with a reset continues exactly where earlier runs stopped."""
 
-    before_batch: int  # table batches below this were committed by earlier runs
     kafka_offsets: dict[str, dict[str, int]] | None  # topic -> partition -> next offset to read
     files_done: frozenset[str]  # files committed batches read (normalized)
 
@@ -176,9 +175,7 @@ def resume_point(config: PipelineConfig, identity: T.RunIdentity) -> ResumePoint
     if markers is not None:
         markers = markers[markers["batch_id"] < identity.batch_offset]
     kafka_offsets, files = _recorded_progress(config, markers)
-    assert identity.reset_at_ms is not None
     return ResumePoint(
-        before_batch=identity.batch_offset,
         kafka_offsets=kafka_offsets,
         files_done=files,
     )

@@ -272,12 +272,10 @@ class BatchProcessor:
         config: PipelineConfig,
         identity: T.RunIdentity,
         echo=print,
-        resume: R.ResumePoint | None = None,
     ) -> None:
         self.spark = spark
         self.config = config
         self.identity = identity
-        self.resume = resume
         self.writer = T.TableWriter(config, identity)
         self.echo = echo
         self.hosts = ExpectedHosts(config.watermark.hosts_file)
@@ -867,7 +865,7 @@ def start_stream(
     checkpoint with a new run identity that resumes where the committed batches stopped."""
     identity = R.reset_checkpoint(spark, config, echo) if reset else T.ensure_identity(config)
     resume = R.resume_point(config, identity)
-    processor = BatchProcessor(spark, config, identity, echo=echo, resume=resume)
+    processor = BatchProcessor(spark, config, identity, echo=echo)
     writer = (
         build_stream(spark, config, resume)
         .writeStream.queryName(f"tidemark_{config.pipeline}")
