@@ -1,8 +1,9 @@
 """Batch recompute-and-diff: does the stream agree with a batch recompute, window by window?
 
 The recompute reads the **raw source** (never the stream's tables), parses it with the same
-:func:`tidemark.records.parse_records`, removes publisher retries by ``event_id`` and aggregates
-with the same :func:`tidemark.aggregate.aggregate_windows`. Per window (summed over keys):
+:func:`tidemark.records.parse_records`, removes publisher retries (copies of an ``event_id`` at
+the same event time) and aggregates with the same :func:`tidemark.aggregate.aggregate_windows`.
+Per window (summed over keys):
 
 * ``stream_events``  what the stream committed to ``windows``;
 * ``batch_events``   what the recompute found;
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _TS_US = pa.timestamp("us", tz="UTC")  # Spark's timestamps: UTC microseconds
+# The recompute's retry removal aggregates in at least this many partitions (see
+# :func:`recompute_windows`).
+RECOMPUTE_MIN_PARTITIONS = 16
 
 
 @dataclass(frozen=True)
@@ -150,11 +154,26 @@ class ReconcileReport:
 def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int, end_ms: int) -> DataFrame:
     """Window results for ``[start, end)`` recomputed from the raw source.
 
-    Publisher retries are removed by ``event_id``; of copies that differ (not a retry, a clash),
-    the one with the smallest (window, key, value) is kept. Written without a filter on the
-    parsed rows: Spark pushes a filter below the parse, inlining the validation into the
-    predicate where it runs once per reference (each re-parsing the JSON; 10× the time at 1M
-    lines). Non-events fall into one NULL-id group instead, dropped after the aggregation.
+    Publisher retries are removed: records that share ``event_id``, ``event_time`` and ``key``
+    count once (a retry is a copy; of copies whose values differ, the smallest value is kept).
+    A record that reuses an id at another time is counted, as the stream stores it; GE's
+    ``event_id_unique`` reports the reuse.
+
+    How, and why so (5M lines; see docs/benchmarks.md):
+
+    * Ids are compared by two hashes (xxhash64 and murmur3: 96 bits), so the aggregation's keys
+      and buffers are fixed-width and Spark hash-aggregates instead of sorting by id. Two
+      distinct ids in one hour of 5M events share both hashes with odds of about 1e-16 (a
+      day of 144M: 1e-13); such a merge would show as an unexplained difference of one.
+    * Rows are repartitioned by the hash before the aggregation: each id's copies meet in one
+      task anyway, and the parsing tasks no longer build a hash map that removes almost nothing
+      (retries are ~1% of the rows). At least :data:`RECOMPUTE_MIN_PARTITIONS` of them: smaller
+      hash maps aggregate faster (2 -> 32 partitions: the aggregating stage's task time
+      5.1 -> 3.3 s).
+    * No filter on the parsed rows: Spark pushes a filter below the parse, inlining the
+      validation into the predicate where it runs once per reference (each re-parsing the line;
+      10× the time at 1M lines). Rows that are not wanted events group apart (``_ev`` false) and
+      are dropped after the aggregation.
     """
     from pyspark.sql import functions as F
 
@@ -165,19 +184,24 @@ def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int
         & (F.col("event_time") >= start_ms)
         & (F.col("event_time") < end_ms)
     )
-    # The aggregate keeps a string, so Spark sorts by the group key. Event ids share long
-    # prefixes (the host), which the sort's 8-byte prefix cannot tell apart; a 64-bit hash of
-    # the id leading the key can (5M lines: recompute 10.4-10.9 s -> 8.7-9.0 s).
+    event_id = F.when(wanted, F.col("event_id"))
+    partitions = max(RECOMPUTE_MIN_PARTITIONS, int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
     unique = (
-        parsed.select(F.when(wanted, F.col("event_id")).alias("_id"), "event_time", "key", "value")
-        .select(F.xxhash64("_id").alias("_h"), "*")
-        .groupBy("_h", "_id")
-        .agg(
-            F.min(F.struct("event_time", "key", "value")).alias("_r"),
-            F.max(F.col("_id").isNotNull()).alias("_event"),
+        parsed.select(
+            F.xxhash64(event_id).alias("_h1"),
+            F.hash(event_id).alias("_h2"),
+            F.coalesce(wanted, F.lit(False)).alias("_ev"),
+            "event_time",
+            "key",
+            "value",
         )
+        .repartition(partitions, "_h1")
+        .groupBy("_h1", "_h2", "_ev", "event_time", "key")
+        # ``_event`` is ``_ev`` again, as an aggregate: a filter on a grouping column would be
+        # pushed below the aggregation and the parse.
+        .agg(F.min("value").alias("value"), F.max("_ev").alias("_event"))
         .where("_event")
-        .select("_r.event_time", "_r.key", "_r.value")
+        .select("event_time", "key", "value")
     )
     return aggregate_windows(unique, config.window)
 

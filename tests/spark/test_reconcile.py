@@ -97,3 +97,62 @@ def test_before_the_stream_wrote_anything_every_window_is_open_with_the_batch_co
         assert w.batch_events == sum(n for (ws, _), n in oracle.items() if ws == w.window_start_ms) > 0
     stored = spark.read.format("delta").load(config.table_path("reconciliation"))
     assert stored.where("status = 'open' AND stream_events = 0").count() == scenario.minutes
+
+
+def test_the_recompute_counts_each_record_once_however_often_it_was_published(spark, tmp_path):
+    """Retries in the same file and across files count once; an id reused at another time counts
+    again (the stream stores it too); of copies whose values differ the smallest is kept; bad
+    lines, heartbeats and records outside the range count nowhere."""
+    import time
+    from pathlib import Path
+
+    from tidemark.reconcile import recompute_windows
+
+    minute = 60_000
+    t0 = int(time.time() * 1000) // minute * minute - 10 * minute  # a window start, near now
+
+    def rec(event_id, t, key="k", value=1.0, host="h1"):
+        return json.dumps(
+            {"event_id": event_id, "host": host, "event_time": t, "msg_time": t, "key": key, "value": value}
+        )
+
+    config = write_config(tmp_path, name="recompute")
+    landing = Path(config.source.path)
+    landing.mkdir(parents=True, exist_ok=True)
+    (landing / "part-000000.jsonl").write_text(
+        "\n".join(
+            [
+                rec("a", t0 + 1),
+                rec("a", t0 + 1),  # a retry in the same file
+                rec("b", t0 + 2, key="j", value=2.0),
+                rec("c", t0 + 3, value=5.0),
+                rec("c", t0 + 3, value=4.0),  # a copy with another value: the smallest is kept
+                rec("r", t0 + 4),
+                json.dumps({"host": "h1", "event_time": t0 + 5, "heartbeat": True}),
+                '{"event_id": "bad", "host": "h1", "event_time": "soon"}',
+                "not json",
+                rec("out", t0 + 2 * minute),  # after the range
+            ]
+        )
+        + "\n"
+    )
+    (landing / "part-000001.jsonl").write_text(
+        "\n".join(
+            [
+                rec("b", t0 + 2, key="j", value=2.0),  # a retry in another file
+                rec("r", t0 + minute + 7),  # "r" reused at another time: a second record
+                rec("d", t0 + minute + 8, host="h2"),
+                rec("a", t0 + 1),  # a third copy of "a"
+            ]
+        )
+        + "\n"
+    )
+    rows = {
+        (r.window_start_ms - t0, r.key): (r.events, r.value_sum)
+        for r in recompute_windows(spark, config, t0, t0 + 2 * minute).collect()
+    }
+    assert rows == {
+        (0, "k"): (3, 1.0 + 4.0 + 1.0),  # a, c (4.0), r
+        (0, "j"): (1, 2.0),  # b
+        (minute, "k"): (2, 1.0 + 1.0),  # r again, d
+    }
