@@ -61,6 +61,8 @@ EDGES = [
     rec(event_id="e\u00e9\u4e2d"),
     rec(event_id="e\u0000"),  # JSON-escaped: no NUL byte in the line, a valid record
     rec(event_id="\U0001f600"),
+    "{" + BASE + ',"key":"a\ufffdb"}',  # a literal U+FFFD: valid UTF-8, left to SQL
+    rec(key="a\ufffdb"),  # JSON-escaped: no U+FFFD in the line
     '{"event_id":"\\ud800","host":"h1","event_time":' + str(ET) + "}",
     '{"event_id":"\\u0065\\u005f","host":"\\u0068\\u0031","event_time":' + str(ET) + "}",
     '{"event\\u005fid":"e","host":"h1","event_time":' + str(ET) + "}",
@@ -182,6 +184,8 @@ def test_fast_path_claims_ordinary_records_and_leaves_the_rest(spark):
         rec(value=1e300),
         "{}",
         '{"event_id":"e\u0000",' + BASE[len('"event_id":"e",') :] + "}",  # a raw NUL byte
+        b'{"event_id":"e\xff",' + BASE[len('"event_id":"e",') :].encode() + b"}",  # invalid UTF-8
+        "{" + BASE + ',"key":"a\ufffdb"}',  # U+FFFD itself, what invalid UTF-8 decodes to
     ]
     frame = _frame(spark, claimed_lines + left)
     got = [r["c"] for r in frame.select(F.call_function(NATIVE_UDF, "raw").isNotNull().alias("c")).collect()]
