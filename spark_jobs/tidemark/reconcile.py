@@ -161,15 +161,16 @@ def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int
 
     How, and why so (5M lines; see docs/benchmarks.md):
 
-    * Ids are compared by two hashes (xxhash64 and murmur3: 96 bits), so the aggregation's keys
-      and buffers are fixed-width and Spark hash-aggregates instead of sorting by id. Two
+    * Ids are compared by two hashes (xxhash64 and murmur3: 96 bits), so no string is kept in
+      the aggregation's buffers (a grouping column may be a string, ``key`` is) and Spark
+      hash-aggregates instead of sorting by id. Two
       distinct ids in one hour of 5M events share both hashes with odds of about 1e-16 (a
       day of 144M: 1e-13); such a merge would show as an unexplained difference of one.
     * Rows are repartitioned by the hash before the aggregation: each id's copies meet in one
       task anyway, and the parsing tasks no longer build a hash map that removes almost nothing
       (retries are ~1% of the rows). At least :data:`RECOMPUTE_MIN_PARTITIONS` of them: smaller
-      hash maps aggregate faster (2 -> 32 partitions: the aggregating stage's task time
-      5.1 -> 3.3 s).
+      hash maps aggregate faster (2 -> 16-32 partitions: the aggregating stage's task time
+      5.1 -> 3.3-3.7 s).
     * No filter on the parsed rows: Spark pushes a filter below the parse, inlining the
       validation into the predicate where it runs once per reference (each re-parsing the line;
       10× the time at 1M lines). Rows that are not wanted events group apart (``_ev`` false) and

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 from helpers import oracle_window_counts, small_scenario, write_config
 
 from tidemark.cli import EXIT_MISALIGNED, EXIT_USAGE, build_parser, main
 from tidemark.generator import generate_files
-from tidemark.reconcile import reconcile
+from tidemark.reconcile import recompute_windows, reconcile
 from tidemark.stream import run_stream
 
 
@@ -84,7 +86,6 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_before_the_stream_wrote_anything_every_window_is_open_with_the_batch_counts(spark, tmp_path):
-    from pathlib import Path
 
     config = write_config(tmp_path, name="fresh")
     scenario = small_scenario(seed=5, minutes=3)
@@ -103,11 +104,6 @@ def test_the_recompute_counts_each_record_once_however_often_it_was_published(sp
     """Retries in the same file and across files count once; an id reused at another time counts
     again (the stream stores it too); of copies whose values differ the smallest is kept; bad
     lines, heartbeats and records outside the range count nowhere."""
-    import time
-    from pathlib import Path
-
-    from tidemark.reconcile import recompute_windows
-
     minute = 60_000
     t0 = int(time.time() * 1000) // minute * minute - 10 * minute  # a window start, near now
 
