@@ -86,7 +86,6 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_before_the_stream_wrote_anything_every_window_is_open_with_the_batch_counts(spark, tmp_path):
-
     config = write_config(tmp_path, name="fresh")
     scenario = small_scenario(seed=5, minutes=3)
     generate_files(scenario, config.source.path)
