@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
-from tidemark.stream import parsed_source
+from tidemark.stream import is_event_col, parsed_source
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
@@ -179,12 +179,8 @@ def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int
     from pyspark.sql import functions as F
 
     parsed = parsed_source(spark, config, streaming=False)
-    wanted = (
-        F.col("reason").isNull()
-        & ~F.col("heartbeat")
-        & (F.col("event_time") >= start_ms)
-        & (F.col("event_time") < end_ms)
-    )
+    # The stream's own test of an event (valid, not a heartbeat), within the range.
+    wanted = is_event_col() & (F.col("event_time") >= start_ms) & (F.col("event_time") < end_ms)
     event_id = F.when(wanted, F.col("event_id"))
     partitions = max(RECOMPUTE_MIN_PARTITIONS, int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
     unique = (
