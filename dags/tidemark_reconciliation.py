@@ -20,14 +20,22 @@ Proves, window by window, that the stream agrees with a batch recompute of the r
    pipeline's `reconciled` Asset event with the hour's figures. Only hours that passed both the
    suites and the gate publish it.
 
-Catchup from `airflow.reconcile_start` backfills past hours. A manual run takes `start` and `end`
-(ISO-8601) params to reconcile any range.
+**Which hour a run covers.** Each run carries its hour as its data interval (UTC): the run for
+`[10:00, 11:00)` is created after 11:00 (its logical date is 10:00) and reconciles exactly those
+60 windows once the watermark has passed 11:00 + grace. Catchup from `airflow.reconcile_start`
+and backfills (UI or `airflow backfill create`) create one run per past hour; re-running an hour
+replaces its rows (idempotent). A manual run without params reconciles the last complete hour
+before it was triggered; with the `start` and `end` params (ISO-8601), that range.
+
+Spark tasks run in the pool `airflow.spark_pool`; any failed run alerts once (email + webhook).
 """
 
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 
+from tidemark_airflow.context import RECONCILE_CRON
+from tidemark_airflow.notifications import RunFailureNotifier
 from tidemark_airflow.operators import (
     DataQualitySubmitOperator,
     ReconcileSubmitOperator,
@@ -42,7 +50,7 @@ for pipeline in configured_pipelines():
     with DAG(
         dag_id=f"tidemark_reconciliation__{pipeline.name}",
         description=f"Hourly stream-vs-batch reconciliation of {pipeline.name}",
-        schedule="@hourly",
+        schedule=CronDataIntervalTimetable(RECONCILE_CRON, timezone="UTC"),
         start_date=datetime.fromtimestamp(first_hour / 1000, UTC)
         if first_hour
         else datetime(2025, 1, 1, tzinfo=UTC),
@@ -50,9 +58,21 @@ for pipeline in configured_pipelines():
         max_active_runs=1,  # one validation of a pipeline's GX context at a time
         default_args={"retries": 2, "retry_delay": timedelta(minutes=2), "owner": "tidemark"},
         params={
-            "start": Param(None, type=["null", "string"], description="manual run: range start (ISO-8601)"),
-            "end": Param(None, type=["null", "string"], description="manual run: range end (ISO-8601)"),
+            "start": Param(
+                None,
+                type=["null", "string"],
+                title="Range start (ISO-8601, UTC)",
+                description="Leave start and end empty to reconcile the last complete hour before "
+                "this run (triggered at 11:20: 10:00 to 11:00). Or give both, e.g. 2025-11-22T10:00:00Z.",
+            ),
+            "end": Param(
+                None,
+                type=["null", "string"],
+                title="Range end (ISO-8601, UTC, exclusive)",
+                description="e.g. 2025-11-22T11:00:00Z; empty with start empty.",
+            ),
         },
+        on_failure_callback=RunFailureNotifier(config_path=pipeline.config_path),
         tags=["tidemark", "reconciliation", pipeline.name],
         doc_md=__doc__,
     ) as dag:
@@ -66,12 +86,14 @@ for pipeline in configured_pipelines():
             task_id="recompute_and_diff",
             config_path=pipeline.config_path,
             conn_id=cfg.spark_conn_id,
+            pool=cfg.spark_pool,
             execution_timeout=timedelta(hours=1),
         )
         quality = DataQualitySubmitOperator(
             task_id="data_quality",
             config_path=pipeline.config_path,
             conn_id=cfg.spark_conn_id,
+            pool=cfg.spark_pool,
             execution_timeout=timedelta(hours=1),
         )
         gate = ReconciliationGateOperator(

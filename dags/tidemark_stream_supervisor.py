@@ -10,6 +10,8 @@ Keeps the exactly-once streaming job running and making progress.
 2. **start_stream** submits the job with the Spark provider (connection `airflow.spark_conn_id`),
    detached: it returns at the job's first heartbeat, so the job never pins a worker slot. The job
    resumes from its checkpoint; exactly-once holds across any restart.
+
+A failed run (the job did not start, a hung job could not be stopped) alerts once.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -17,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 
+from tidemark_airflow.notifications import RunFailureNotifier
 from tidemark_airflow.operators import StreamHealthOperator, StreamLauncherOperator
 from tidemark_airflow.pipelines import configured_pipelines
 
@@ -31,6 +34,7 @@ for pipeline in configured_pipelines():
         dagrun_timeout=timedelta(minutes=10),
         default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "owner": "tidemark"},
         tags=["tidemark", "streaming", pipeline.name],
+        on_failure_callback=RunFailureNotifier(config_path=pipeline.config_path),
         doc_md=__doc__,
     ) as dag:
         check = StreamHealthOperator(
@@ -44,5 +48,6 @@ for pipeline in configured_pipelines():
             task_id="start_stream",
             config_path=pipeline.config_path,
             conn_id=pipeline.config.airflow.spark_conn_id,
+            pool=pipeline.config.airflow.spark_pool,
         )
         check >> [healthy, start]

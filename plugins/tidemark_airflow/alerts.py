@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +32,7 @@ log = logging.getLogger(__name__)
 class Alert:
     alert_id: str
     pipeline: str
-    kind: str  # stall | recovery | misaligned | restarts | quality
+    kind: str  # stall | recovery | misaligned | restarts | quality | failure
     subject: str
     text: str
     details: dict[str, Any] = field(default_factory=dict)
@@ -66,22 +65,22 @@ class AlertLedger:
         self.data = self._load()
 
     def _load(self) -> dict[str, Any]:
-        from airflow.sdk import Variable
-
-        raw = Variable.get(self.key, default=None)
+        raw = _variable_model().get(self.key, None)
         data = json.loads(raw) if raw else {}
         data.setdefault("sent", {})
         data.setdefault("open", {})
+        data.setdefault("runs", {})  # "<dag_id>/<run_id>" -> the alert a task of that run sent
         return data
 
     def save(self) -> None:
-        from airflow.sdk import Variable
-
-        sent = self.data["sent"]
+        sent, runs = self.data["sent"], self.data["runs"]
         if len(sent) > self.KEEP:
             for old in sorted(sent, key=lambda k: sent[k].get("at", 0))[: len(sent) - self.KEEP]:
                 del sent[old]
-        Variable.set(self.key, json.dumps(self.data, sort_keys=True), description="Tidemark alert ledger")
+        for old in list(runs)[: max(0, len(runs) - self.KEEP)]:  # insertion order: oldest first
+            del runs[old]
+        value = json.dumps(self.data, sort_keys=True)
+        _variable_model().set(self.key, value, description="Tidemark alert ledger")
 
     def was_sent(self, alert_id: str, channel: str) -> bool:
         return channel in self.data["sent"].get(alert_id, {}).get("channels", [])
@@ -90,6 +89,15 @@ class AlertLedger:
         entry = self.data["sent"].setdefault(alert_id, {"channels": [], "at": now_ms()})
         entry["channels"].append(channel)
         self.save()
+
+    def note_run(self, run_key: str, alert_id: str) -> None:
+        """Remember that a task of the run ``run_key`` (``<dag_id>/<run_id>``) alerted already."""
+        self.data["runs"][run_key] = alert_id
+        self.save()
+
+    def run_alert(self, run_key: str) -> str | None:
+        """The alert a task of the run ``run_key`` sent, if any (a DAG failure then says no more)."""
+        return self.data["runs"].get(run_key)
 
     def open_incident(self, kind: str) -> dict[str, Any] | None:
         return self.data["open"].get(kind)
@@ -102,45 +110,40 @@ class AlertLedger:
         self.save()
 
 
-class WebhookNotifier(BaseNotifier):
-    """POST a JSON document to the URL of an Airflow HTTP connection.
+def _variable_model():
+    """Airflow's ``Variable`` for where this runs.
 
-    The connection's host (with scheme), port and schema (path) form the URL; its ``extra`` may
-    hold ``headers`` (e.g. an auth token) and ``timeout`` seconds. Chat tools (Slack, Teams,
-    Mattermost incoming webhooks) accept such a POST; ``text`` carries the readable message.
+    Task and DAG-processor processes (task alerts, DAG failure callbacks) reach Variables through
+    their supervisor: the Task SDK's ``Variable``. A process with no supervisor (the callbacks
+    ``dag.test()`` runs in its own process, the CLI) writes the metadata DB through the model.
     """
+    from airflow.sdk.execution_time import task_runner
 
-    template_fields = ("payload",)
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is not None:
+        from airflow.sdk import Variable
+    else:
+        from airflow.models import Variable
+    return Variable
 
-    def __init__(self, *, payload: dict[str, Any], conn_id: str = "tidemark_webhook", **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.payload = payload
-        self.conn_id = conn_id
 
-    def url(self) -> tuple[str, dict[str, str], float]:
-        from airflow.sdk import BaseHook
+def webhook_notifier(alert: Alert, conn_id: str, endpoint: str) -> BaseNotifier:
+    """The HTTP provider's ``HttpNotifier`` POSTing the alert as JSON to the webhook connection.
 
-        conn = BaseHook.get_connection(self.conn_id)
-        host = conn.host or ""
-        if "://" not in host:
-            scheme = "https" if conn.conn_type == "https" else "http"
-            host = f"{scheme}://{host}"
-        url = host.rstrip("/")
-        if conn.port:
-            url += f":{conn.port}"
-        if conn.schema:
-            url += "/" + conn.schema.lstrip("/")
-        extra = conn.extra_dejson or {}
-        headers = {"Content-Type": "application/json", **extra.get("headers", {})}
-        return url, headers, float(extra.get("timeout", 10))
+    The connection has its standard meaning (``HttpHook``): schema ``http``/``https``, host, port;
+    login and password authenticate (basic auth); a password without a login is sent as a bearer
+    token, which is how chat and incident tools' webhooks usually take a secret. Extra headers come
+    from the connection's ``extra`` as for any HTTP connection. ``endpoint`` is the path posted to.
+    """
+    from airflow.providers.http.notifications.http import HttpNotifier
+    from airflow.sdk import BaseHook
 
-    def notify(self, context) -> None:
-        url, headers, timeout = self.url()
-        body = json.dumps(self.payload).encode()
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            if response.status >= 300:
-                raise RuntimeError(f"webhook {self.conn_id} answered HTTP {response.status}")
+    conn = BaseHook.get_connection(conn_id)
+    headers = {"Content-Type": "application/json"}
+    if conn.password and not conn.login:
+        headers["Authorization"] = f"Bearer {conn.password}"
+    return HttpNotifier(
+        http_conn_id=conn_id, endpoint=endpoint, json=alert.payload(), headers=headers, method="POST"
+    )
 
 
 def _connection_exists(conn_id: str) -> bool:
@@ -175,19 +178,30 @@ def send(
             "alert %s: SMTP connection %r is not defined; email skipped", alert.alert_id, cfg.smtp_conn_id
         )
     if _connection_exists(cfg.webhook_conn_id):
-        notifiers["webhook"] = WebhookNotifier(payload=alert.payload(), conn_id=cfg.webhook_conn_id)
+        notifiers["webhook"] = webhook_notifier(alert, cfg.webhook_conn_id, cfg.webhook_endpoint)
     if not notifiers:
         raise RuntimeError(
             f"alert {alert.alert_id} has no channel: define Airflow connection {cfg.webhook_conn_id!r} "
             f"and/or {cfg.smtp_conn_id!r} with alerts.email_to in the pipeline config"
         )
+    key = run_key(context)
+    if key and alert.kind != "failure" and ledger.run_alert(key) != alert.alert_id:
+        ledger.note_run(key, alert.alert_id)  # before sending: the run's own failure notice stays quiet
     used = []
     for channel, notifier in notifiers.items():
         if ledger.was_sent(alert.alert_id, channel):
             log.info("alert %s already sent by %s; not sending again", alert.alert_id, channel)
             continue
-        notifier.notify(context or {})
+        notifier.notify({})  # an alert is finished text, not a template: nothing to render
         ledger.record(alert.alert_id, channel)
         used.append(channel)
         log.info("alert %s sent by %s: %s", alert.alert_id, channel, alert.subject)
     return used
+
+
+def run_key(context: Any) -> str | None:
+    """``<dag_id>/<run_id>`` of the run a task or DAG callback ``context`` belongs to."""
+    if not context:
+        return None
+    dag, run_id = context.get("dag"), context.get("run_id")
+    return f"{dag.dag_id}/{run_id}" if dag is not None and run_id else None

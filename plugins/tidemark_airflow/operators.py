@@ -18,9 +18,6 @@ config path: the config is re-read when the task runs.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,6 +56,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(application=entrypoint(job), conn_id=conn_id, **kwargs)
         self.config_path = config_path
         self.job = job
+        self.spark_conn_id = conn_id
 
     def job_args(self, context) -> list[str]:
         return ["--config", self.config_path]
@@ -66,7 +64,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     def prepare(self, context) -> None:
         from tidemark.sparkenv import cached_jars, jvm_conf
 
-        _require_connection(self._conn_id, "the Spark master to submit to")
+        _require_connection(self.spark_conn_id, "the Spark master to submit to")
         self.jars = self.jars or ",".join(str(j) for j in cached_jars())
         self.conf = {**jvm_conf(), **(self.conf or {})}
         self.application_args = [*self.job_args(context), *(self.application_args or [])]
@@ -185,15 +183,20 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
 
 
 class StreamLauncherOperator(TidemarkSparkSubmitOperator):
-    """Start the streaming job through the provider's spark-submit command, detached.
+    """Start the streaming job detached, through the provider's ``SparkSubmitHook.submit()``.
 
     A streaming job never ends, so waiting on it (what ``SparkSubmitOperator`` does) would pin a
-    worker slot forever. This operator builds the very command the provider's hook would run
-    (connection, jars, conf, env), starts it in its own session with output to a log file beside
-    the checkpoint, records pid and command in the launch file, and waits only until the job's
-    first heartbeat (``tidemark.liveness``). If the process exits first, the task fails with the
-    log's tail. Between supervisor runs the job runs on its own; the supervisor DAG checks it.
+    worker slot forever. ``StreamProcessHook`` (``tidemark_airflow.hooks``) runs the provider's
+    hook with this operator's arguments in a process of its own session, log beside the checkpoint,
+    and records pid, host and log in the launch file; this task waits only until the job's first
+    heartbeat (``tidemark.liveness``). If the process exits first, the task fails with the log's
+    tail. Between supervisor runs the job runs on its own; the supervisor DAG checks it.
     """
+
+    SUBMIT_ARGS = (
+        *("conf", "files", "py_files", "jars", "packages", "exclude_packages", "driver_class_path"),
+        *("keytab", "principal", "proxy_user", "name", "application_args", "env_vars", "properties_file"),
+    )
 
     def __init__(self, *, start_timeout: float = 180.0, **kwargs: Any) -> None:
         super().__init__(job="stream_job", **kwargs)
@@ -201,86 +204,58 @@ class StreamLauncherOperator(TidemarkSparkSubmitOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from tidemark import liveness
-        from tidemark.timeutil import now_ms
 
         self.prepare(context)
         config = load_pipeline(self.config_path).config
-        hook = self._get_hook()
-        command = hook._build_spark_submit_command(self.application)  # the provider's own command
-        env = {**os.environ, **(hook._env or {})}
-        log_path = Path(config.checkpoint).parent / f"{config.pipeline}.stream.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        launched_at = now_ms()
-        with open(log_path, "ab") as log_file:
-            log_file.write(f"\n--- launched by Airflow at {launched_at} ---\n".encode())
-            log_file.flush()
-            process = subprocess.Popen(
-                command,
-                env=env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # outlives this task; its own process group for kills
-            )
-        liveness.write_json_atomic(
-            liveness.launch_path(config),
-            {
-                "pid": process.pid,
-                "host": socket.gethostname(),
-                "launched_at_ms": launched_at,
-                "log": str(log_path),
-                "dag_run": str(context.get("run_id")),
-            },
+        hook = stream_hook(config)
+        submit = {name: getattr(self, name) for name in self.SUBMIT_ARGS}
+        pid = hook.spawn(
+            self.application,
+            {**submit, "conn_id": self.spark_conn_id},
+            {"dag_run": str(context.get("run_id"))},
         )
-        self.log.info("started %s as pid %s, log %s", config.pipeline, process.pid, log_path)
+        self.log.info("started %s as pid %s, log %s", config.pipeline, pid, hook.log_path)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             state = liveness.assess(config, hang_after_ms=config.airflow.hang_after, start_grace_ms=10**12)
             if state.state == liveness.RUNNING:
                 self.log.info("stream %s is running: %s", config.pipeline, state.reason)
-                return {"pid": process.pid, "log": str(log_path), "state": state.state}
-            if process.poll() is not None:
-                tail = _tail(log_path)
+                return {"pid": pid, "log": str(hook.log_path), "state": state.state}
+            if hook.process.poll() is not None:
                 raise RuntimeError(
-                    f"streaming job {config.pipeline} exited with code {process.returncode} before its "
-                    f"first heartbeat; log {log_path}:\n{tail}"
+                    f"streaming job {config.pipeline} exited with code {hook.process.returncode} before "
+                    f"its first heartbeat; log {hook.log_path}:\n{hook.tail()}"
                 )
             time.sleep(2)
         raise RuntimeError(
-            f"streaming job {config.pipeline} (pid {process.pid}) wrote no heartbeat within "
-            f"{self.start_timeout:.0f}s; log {log_path}:\n{_tail(log_path)}"
+            f"streaming job {config.pipeline} (pid {pid}) wrote no heartbeat within "
+            f"{self.start_timeout:.0f}s; log {hook.log_path}:\n{hook.tail()}"
         )
 
 
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+def stream_hook(config):
+    """The process-control hook of ``config``'s streaming job (launch file, log beside the checkpoint)."""
+    from tidemark import liveness
+    from tidemark_airflow.hooks import StreamProcessHook
+
+    log_path = Path(config.checkpoint).parent / f"{config.pipeline}.stream.log"
+    return StreamProcessHook(launch_path=liveness.launch_path(config), log_path=log_path)
 
 
-def stop_stream(config, timeout: float = 30.0, log=None) -> bool:
-    """Stop the job the supervisor launched (its whole process group): TERM, then KILL."""
+def stop_stream(config, timeout: float = 30.0) -> bool:
+    """Stop the job the supervisor launched (its whole process group): TERM, then KILL.
+
+    Refuses (raises) when the job was recorded on another host.
+    """
     from tidemark import liveness
 
-    launch = liveness.read_json(liveness.launch_path(config))
-    beat = liveness.read_json(liveness.heartbeat_path(config))
-    pids = {int(x["pid"]) for x in (launch, beat) if x and x.get("pid")}
+    launch = liveness.read_json(liveness.launch_path(config)) or {}
+    beat = liveness.read_json(liveness.heartbeat_path(config)) or {}
+    hook = stream_hook(config)
     stopped = False
-    for pid in pids:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(os.getpgid(pid), sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
-            while time.monotonic() < deadline and liveness.pid_alive(pid):
-                time.sleep(0.5)
-            if not liveness.pid_alive(pid):
-                stopped = True
-                break
-        if log:
-            log.info("stopped process group of pid %s", pid)
+    for record in (launch, beat):
+        if record.get("pid"):
+            stopped |= hook.stop({int(record["pid"])}, record.get("host"), timeout)
     return stopped
 
 
@@ -324,7 +299,7 @@ class StreamHealthOperator(BaseBranchOperator):
             return self.healthy_task_id
         if state.state == liveness.HUNG:
             self.log.warning("stream %s is hung (%s): killing it", config.pipeline, state.reason)
-            stop_stream(config, log=self.log)
+            stop_stream(config)
         if state.state in (liveness.HUNG, liveness.DEAD) and state.reason != "never started":
             ledger = AlertLedger(config.pipeline)
             now = now_ms()

@@ -113,7 +113,10 @@ class AlertsConfig(_Strict):
 
     email_to: list[str] = Field(default_factory=list)
     smtp_conn_id: str = "tidemark_smtp"
+    # an Airflow HTTP connection in its standard meaning (schema = http|https, host, port; login +
+    # password = basic auth, a password alone = bearer token); the endpoint is the path posted to
     webhook_conn_id: str = "tidemark_webhook"
+    webhook_endpoint: str = ""
     # lagging hosts named in a stall alert (worst first); the count is always given
     max_hosts_listed: int = Field(default=20, ge=1)
 
@@ -126,6 +129,11 @@ class AirflowConfig(_Strict):
     # the precise watermark must pass an hour's end by this much before the hour is reconciled
     reconcile_grace: DurationMs = Field(default=parse_duration_ms("2m"))
     spark_conn_id: str = "tidemark_spark"
+    # the Airflow pool every Spark task of this pipeline runs in (stream start, recompute, quality),
+    # and its size: at most this many Spark jobs submitted by Airflow at once (pools are shared by
+    # name; `python -m tidemark_airflow.pools` creates or resizes them to the largest size asked for)
+    spark_pool: str = "spark"
+    spark_pool_slots: int = Field(default=2, ge=1)
     # the supervisor restarts a job whose heartbeat or current trigger is older than this
     hang_after: DurationMs = Field(default=parse_duration_ms("5m"))
     # ... and alerts when it had to restart it this many times within restart_window

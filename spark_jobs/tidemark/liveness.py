@@ -113,13 +113,18 @@ class Liveness:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
         return True
-    return True
+    try:  # Linux: the state letter follows the command name in parentheses
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] != "Z"
 
 
 def assess(

@@ -52,7 +52,9 @@ class SmtpReceiver:
 
 
 class HttpReceiver:
-    """Collects the JSON bodies POSTed to it."""
+    """Collects the JSON bodies POSTed to it, with their path and headers."""
+
+    TOKEN = "receiver-token"  # the connection's password: the HTTP provider's hook sends it as a bearer
 
     def __init__(self) -> None:
         self.posts: list[dict] = []
@@ -61,7 +63,9 @@ class HttpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                receiver.posts.append({"path": self.path, "json": json.loads(body)})
+                receiver.posts.append(
+                    {"path": self.path, "json": json.loads(body), "headers": dict(self.headers.items())}
+                )
                 self.send_response(204)
                 self.end_headers()
 
@@ -81,5 +85,11 @@ class HttpReceiver:
 
     def connection_json(self) -> str:
         return json.dumps(
-            {"conn_type": "http", "host": f"http://127.0.0.1:{self.port}", "schema": "hooks/tidemark"}
+            {
+                "conn_type": "http",
+                "host": "127.0.0.1",
+                "port": self.port,
+                "schema": "http",
+                "password": self.TOKEN,
+            }
         )

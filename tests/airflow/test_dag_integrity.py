@@ -18,10 +18,28 @@ def refuse(*a, **k):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 from airflow.dag_processing.dagbag import DagBag
+from airflow.serialization.encoders import coerce_to_core_timetable
+from airflow.timetables.base import TimeRestriction
 bag = DagBag(dag_folder=sys.argv[1])
+
+def scheduled_intervals(dag, count=2):
+    # the data intervals of the first runs the scheduler creates from start_date (catchup)
+    timetable, last, out = coerce_to_core_timetable(dag.timetable), None, []
+    for _ in range(count):
+        info = timetable.next_dagrun_info(
+            last_automated_data_interval=last,
+            restriction=TimeRestriction(earliest=dag.start_date, latest=None, catchup=True),
+        )
+        last = info.data_interval
+        out.append([last.start.isoformat(), last.end.isoformat(), info.run_after.isoformat()])
+    return out
+
 dags = {}
 for dag_id, dag in bag.dags.items():
     dags[dag_id] = {
+        "intervals": scheduled_intervals(dag),
+        "failure_callback": type(dag.on_failure_callback).__name__,
+        "pools": {t.task_id: t.pool for t in dag.tasks},
         "tags": sorted(dag.tags),
         "retries": [t.retries for t in dag.tasks],
         "doc_md": bool(dag.doc_md and dag.doc_md.strip()),
@@ -64,7 +82,7 @@ def parse_dags() -> dict:
 
 def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipelines_dir):
     write_pipeline(pipelines_dir, "clicks", airflow={"reconcile_start": "2025-11-22T00:00:00Z"})
-    write_pipeline(pipelines_dir, "orders")
+    write_pipeline(pipelines_dir, "orders", airflow={"spark_pool": "spark_orders", "spark_pool_slots": 1})
     result = parse_dags()
     assert result["errors"] == {}
     assert result["heavy"] == []
@@ -75,6 +93,24 @@ def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipeli
         assert all(r >= 1 for r in dag["retries"]), dag_id
         assert dag["doc_md"], dag_id
         assert dag["owner"] == "tidemark", dag_id
+        # every failed run alerts (email + webhook), whatever task failed
+        assert dag["failure_callback"] == "RunFailureNotifier", dag_id
+    # the scheduler's runs of the reconciliation carry their hour as data interval: from
+    # reconcile_start, [00:00, 01:00) runs after 01:00, then [01:00, 02:00) (@hourly gave runs
+    # with an empty interval, which every scheduled and catchup run failed on)
+    assert result["dags"]["tidemark_reconciliation__clicks"]["intervals"] == [
+        ["2025-11-22T00:00:00+00:00", "2025-11-22T01:00:00+00:00", "2025-11-22T01:00:00+00:00"],
+        ["2025-11-22T01:00:00+00:00", "2025-11-22T02:00:00+00:00", "2025-11-22T02:00:00+00:00"],
+    ]
+    # Spark tasks run in the pipeline's pool (default `spark`; `orders` sets its own)
+    assert result["dags"]["tidemark_reconciliation__clicks"]["pools"] == {
+        "wait_for_watermark": "default_pool",
+        "recompute_and_diff": "spark",
+        "data_quality": "spark",
+        "check_alignment": "default_pool",
+    }
+    assert result["dags"]["tidemark_reconciliation__orders"]["pools"]["recompute_and_diff"] == "spark_orders"
+    assert result["dags"]["tidemark_stream_supervisor__orders"]["pools"]["start_stream"] == "spark_orders"
     # hourly reconciliation backfills from reconcile_start; the monitors never catch up
     assert result["dags"]["tidemark_reconciliation__clicks"]["catchup"] is True
     assert result["dags"]["tidemark_reconciliation__orders"]["catchup"] is False
@@ -93,3 +129,13 @@ def test_a_bad_pipeline_config_is_a_one_line_import_error_naming_the_key(pipelin
 def test_no_pipelines_configured_means_no_dags_and_no_errors(pipelines_dir):
     result = parse_dags()
     assert result == {"errors": {}, "dags": {}, "heavy": []}
+
+
+def test_pools_are_sized_to_the_largest_slots_any_pipeline_asks_for(pipelines_dir):
+    from tidemark_airflow.pipelines import configured_pipelines
+    from tidemark_airflow.pools import pool_sizes
+
+    write_pipeline(pipelines_dir, "clicks", airflow={"spark_pool_slots": 3})
+    write_pipeline(pipelines_dir, "views")
+    write_pipeline(pipelines_dir, "orders", airflow={"spark_pool": "spark_orders", "spark_pool_slots": 1})
+    assert pool_sizes(configured_pipelines()) == {"spark": 3, "spark_orders": 1}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import load_dag
-from receivers import free_port
+from receivers import HttpReceiver, free_port
 
 from tidemark.config import load_config
 from tidemark.generator import Scenario, generate_files
@@ -63,7 +63,11 @@ def test_one_stall_alert_no_repeat_and_one_recovery_notice(
                 "checkpoint": str(tmp_path / "checkpoints" / "mon"),
                 "watermark": {"precision": 0.999, "stall_after": "0ms", "lag_threshold": "2m"},
                 "spark": {"shuffle_partitions": 2},
-                "alerts": {"email_to": ["oncall@example.com"], "max_hosts_listed": 5},
+                "alerts": {
+                    "email_to": ["oncall@example.com"],
+                    "max_hosts_listed": 5,
+                    "webhook_endpoint": "hooks/tidemark",
+                },
             }
         ),
         encoding="utf-8",
@@ -84,7 +88,7 @@ def test_one_stall_alert_no_repeat_and_one_recovery_notice(
     # The webhook is down: the email goes out, the task fails. Its retry must not mail again.
     with pytest.MonkeyPatch.context() as mp:
         down = json.loads(http.connection_json())
-        down["host"] = f"http://127.0.0.1:{free_port()}"
+        down["port"] = free_port()
         mp.setenv("AIRFLOW_CONN_TIDEMARK_WEBHOOK", json.dumps(down))
         assert run_monitor(dag) == "failed"
     assert len(smtp.messages) == 1 and len(http.posts) == 0
@@ -101,7 +105,10 @@ def test_one_stall_alert_no_repeat_and_one_recovery_notice(
     assert positions == sorted(positions)  # worst first, capped at max_hosts_listed
     assert "lagging hosts (worst first, 5 of 10)" in body
     hook = http.posts[0]["json"]
+    # the HTTP provider's hook: the connection's schema, host and port, the pipeline's endpoint,
+    # the connection's password as the bearer token
     assert http.posts[0]["path"] == "/hooks/tidemark"
+    assert http.posts[0]["headers"]["Authorization"] == f"Bearer {HttpReceiver.TOKEN}"
     assert hook["kind"] == "stall" and hook["pipeline"] == "mon"
     assert hook["alert_id"] == f"stall:mon:{status.watermark_ms}"
     assert hook["details"]["hosts_lagging"] == 10

@@ -11,7 +11,6 @@ requirements.txt) plus structural checks hadolint cannot know about.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -31,7 +30,11 @@ AIRFLOW_ROLES = {
     "airflow-scheduler": ["scheduler"],
     "airflow-dag-processor": ["dag-processor"],
     "airflow-triggerer": ["triggerer"],
-    "airflow-init": ["db", "migrate"],
+    "airflow-init": [
+        "bash",
+        "-c",
+        "airflow db migrate && PYTHONPATH=/opt/airflow/plugins python -m tidemark_airflow.pools",
+    ],
 }
 SPARK_SERVICES = {"spark-master", "spark-worker-1", "spark-worker-2"}
 SHARED_VOLUME, SHARED_MOUNT = "tidemark-var", "/opt/tidemark/var"
@@ -191,9 +194,17 @@ def test_alert_connections_come_from_the_env_file_and_parse(services, env_exampl
         587,
         "alerts@example.com",
     )
+    # 587 is STARTTLS: implicit SSL off, or the SMTP hook cannot connect
+    assert smtp.extra_dejson.get("disable_ssl") in (True, "true", "True")
     webhook = BaseHook.get_connection("tidemark_webhook")
     assert (webhook.conn_type, webhook.schema, webhook.host) == ("http", "https", "hooks.example.com")
-    assert json.loads(env_example["AIRFLOW_CONN_TIDEMARK_WEBHOOK"])["extra"]["endpoint"].startswith("/")
+    # the URL the HTTP provider's hook posts to: the connection's base URL + each pipeline's endpoint
+    from airflow.providers.http.hooks.http import HttpHook
+
+    for config in _pipelines():
+        assert config.alerts.webhook_endpoint.startswith("/")
+        url = HttpHook(http_conn_id="tidemark_webhook").url_from_endpoint(config.alerts.webhook_endpoint)
+        assert url == f"https://hooks.example.com:443{config.alerts.webhook_endpoint}"
 
 
 def test_example_pipelines_load_and_live_on_the_volume_every_driver_and_executor_mounts(services):
