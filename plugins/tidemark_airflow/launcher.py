@@ -5,9 +5,14 @@ Starts, under ``var/platform/`` (or ``--root``):
 * Airflow 3 with its own components (API server with the UI, scheduler, DAG processor,
   triggerer), the LocalExecutor and a SQLite metadata DB; Airflow's Simple auth manager, whose
   generated password is printed (nothing is hard-coded in the repository);
-* a live generator writing the landing zone with event time ~ now (``tidemark generate --live``);
-* the pipeline config ``pipelines/live.yaml``, which makes the three Tidemark DAGs appear. The
-  stream supervisor DAG then starts the streaming job with the Spark provider and keeps it alive.
+* a live generator writing the landing zone with event time ~ now (``tidemark generate --live``),
+  starting with the history since the start of the previous hour, so one complete past hour is
+  there at once;
+* the pipeline config ``pipelines/live.yaml``, which makes the three Tidemark DAGs appear, with
+  ``airflow.reconcile_start`` at that past hour, and the Airflow pool its Spark tasks run in. The
+  stream supervisor DAG then starts the streaming job with the Spark provider and keeps it alive;
+  the scheduler's catchup run reconciles the past hour as soon as the watermark has passed it,
+  and every later hour after it ends.
 
 Ctrl-C (or SIGTERM) stops everything it started, the streaming job included.
 Run: ``python -m tidemark_airflow.launcher [--port 8080] [--hosts 1000]`` (``make run``).
@@ -23,27 +28,38 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
 from tidemark.sparkenv import REPO_ROOT
+from tidemark.timeutil import MS_PER_HOUR, MS_PER_MINUTE, format_instant_ms, now_ms
+from tidemark_airflow.pipelines import load_pipeline
+from tidemark_airflow.pools import sync_pools
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
 class Platform:
     def __init__(
-        self, root: Path, port: int = 8080, hosts: int = 1000, minutes: int = 240, rate: int = 6
+        self,
+        root: Path,
+        port: int = 8080,
+        hosts: int = 1000,
+        minutes: int = 240,
+        rate: int = 6,
+        users: str = "admin:admin",
     ) -> None:
         self.root = root.resolve()
+        self.users = users  # Simple auth manager's "user:role,..." (passwords are generated)
         self.port = port
         self.hosts, self.minutes, self.rate = hosts, minutes, rate
         self.processes: dict[str, subprocess.Popen] = {}
         self.bin = Path(sys.executable).parent
         self.pipelines = self.root / "pipelines"
         self.config_path = self.pipelines / "live.yaml"
+        # the first hour the scheduler reconciles: the last complete one before start-up
+        self.first_hour_ms = (now_ms() // MS_PER_HOUR - 1) * MS_PER_HOUR
 
     # -- environment ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -62,14 +78,14 @@ class Platform:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": self.users,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "20",
-            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "20",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "20",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             "TIDEMARK_PIPELINES_DIR": str(self.pipelines),
             "AIRFLOW_CONN_TIDEMARK_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
@@ -77,17 +93,17 @@ class Platform:
 
     def write_pipeline(self) -> None:
         self.pipelines.mkdir(parents=True, exist_ok=True)
-        hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         config = {
             "pipeline": "live",
-            "source": {"kind": "files", "path": str(self.root / "landing"), "max_files_per_trigger": 4},
+            # the history's files come at once: a batch takes up to 60 of them (10 minutes)
+            "source": {"kind": "files", "path": str(self.root / "landing"), "max_files_per_trigger": 60},
             "warehouse": str(self.root / "warehouse"),
             "checkpoint": str(self.root / "checkpoints" / "live"),
             "window": "1m",
             "watermark": {"precision": 0.999},
             "trigger_interval": "10s",
             "spark": {"shuffle_partitions": 2},
-            "airflow": {"reconcile_start": hour.strftime("%Y-%m-%dT%H:%M:%SZ"), "reconcile_grace": "2m"},
+            "airflow": {"reconcile_start": format_instant_ms(self.first_hour_ms), "reconcile_grace": "2m"},
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
@@ -115,6 +131,8 @@ class Platform:
             check=True,
             stdout=subprocess.DEVNULL,
         )
+        sync_pools([load_pipeline(str(self.config_path))], str(self.bin / "airflow"), self.env(), echo)
+        history = -(-(now_ms() - self.first_hour_ms) // MS_PER_MINUTE) + 1  # minutes, rounded up
         self.spawn(
             "generator",
             [
@@ -125,8 +143,10 @@ class Platform:
                 "--live",
                 "--hosts",
                 str(self.hosts),
+                "--history",
+                str(history),
                 "--minutes",
-                str(self.minutes),
+                str(history + self.minutes),
                 "--rate",
                 str(self.rate),
                 "--file-span",
@@ -155,13 +175,13 @@ class Platform:
             time.sleep(2)
         raise RuntimeError(f"Airflow API server not healthy at {url} after {timeout:.0f}s")
 
-    def credentials(self) -> tuple[str, str]:
+    def credentials(self, user: str = "admin") -> tuple[str, str]:
         path = self.root / "airflow" / "passwords.json"
         deadline = time.monotonic() + 60
         while not path.is_file() and time.monotonic() < deadline:
             time.sleep(1)
         users = json.loads(path.read_text(encoding="utf-8"))
-        return "admin", users["admin"]
+        return user, users[user]
 
     def stop(self, echo=print) -> None:
         from tidemark.config import load_config

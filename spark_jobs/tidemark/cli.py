@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from tidemark.config import ConfigError, PipelineConfig, load_config
 from tidemark.timeutil import format_instant_ms, parse_instant_ms
@@ -168,8 +169,15 @@ def cmd_generate(args) -> int:
         f"{scenario.minutes} min x {scenario.events_per_host_per_minute}/min = {total:,} events "
         f"-> {out}"
     )
-    fn = generate_live if args.live else generate_files
-    truth = fn(scenario, out, progress=_echo if args.verbose or args.live else None)
+    if args.history and not args.live:
+        raise ConfigError("generate: --history needs --live")
+    if args.history < 0:
+        raise ConfigError(f"generate: --history must be >= 0 minutes, got {args.history}")
+    progress = _echo if args.verbose or args.live else None
+    if args.live:
+        truth = generate_live(scenario, out, progress=progress, history_minutes=args.history)
+    else:
+        truth = generate_files(scenario, out, progress=progress)
     _echo(
         f"wrote {truth.files} files, {truth.lines:,} lines: {truth.unique_events:,} unique events, "
         f"{truth.duplicate_copies:,} retry copies, {truth.malformed_lines:,} malformed lines, "
@@ -346,7 +354,7 @@ def _quality_failed(outcome) -> int:
 
 def cmd_report(args) -> int:
     from tidemark.quality import data_docs_index, validate_pipeline
-    from tidemark.report import report_path, write_report
+    from tidemark.report import range_report_path, report_path, write_report
 
     config = load_config(args.config)
     if (args.spark or args.outcome) and not args.validate:
@@ -356,21 +364,19 @@ def cmd_report(args) -> int:
         spark = _session(config, "quality") if args.spark else None
         outcome = validate_pipeline(config, args.start, args.end, spark=spark, quality_dir=args.quality_dir)
         if args.outcome:
-            from pathlib import Path
-
             from tidemark.liveness import write_json_atomic
 
             written = {**json.loads(outcome.to_json()), "text": outcome.text(), "samples": outcome.samples}
             write_json_atomic(Path(args.outcome), json.loads(json.dumps(written, default=str)))
-    path = write_report(
-        config,
-        args.out if args.out is not None else report_path(config, args.quality_dir),
-        args.start,
-        args.end,
-        outcome=outcome,
-        docs_index=docs if docs.is_file() else None,
-    )
-    _echo(f"[{config.pipeline}] reconciliation report: {path}")
+    targets = [Path(args.out)] if args.out is not None else [report_path(config, args.quality_dir)]
+    if args.out is None and args.start is not None and args.end is not None:
+        # a range (a scheduled run's hour) is also published on its own page, which stays
+        targets.insert(0, range_report_path(config, args.start, args.end, args.quality_dir))
+    for target in targets:
+        path = write_report(
+            config, target, args.start, args.end, outcome=outcome, docs_index=docs if docs.is_file() else None
+        )
+        _echo(f"[{config.pipeline}] reconciliation report: {path}")
     if docs.is_file():
         _echo(f"[{config.pipeline}] data docs: {docs}")
     return _quality_failed(outcome) if outcome is not None and not outcome.success else 0
@@ -416,6 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--live",
         action="store_true",
         help="event time ~ now, each file written when its arrival span has passed (paced)",
+    )
+    target.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        metavar="MINUTES",
+        help="with --live: start this many minutes in the past; the past is written at once "
+        "(its files dated at their arrival time), then the rest paced as usual",
     )
     target.add_argument("--verbose", action="store_true", help="print a line per file written")
     _add_scenario_options(gen, Scenario())

@@ -239,11 +239,17 @@ def generate_live(
     directory: str | os.PathLike[str],
     progress: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    history_minutes: int = 0,
 ) -> Truth:
-    """Live mode: event time ~ now, each file written when its arrival span has passed."""
+    """Live mode: event time ~ now, each file written when its arrival span has passed.
+
+    ``history_minutes`` > 0 starts the scenario that long ago: the files whose arrival time has
+    passed are written at once, each dated (mtime) at its arrival time so the file source reads
+    them in order, and the rest paced as usual. The scenario still lasts ``s.minutes`` in all.
+    """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    start = now_ms() // 1000 * 1000
+    start = (now_ms() - history_minutes * MS_PER_MINUTE) // 1000 * 1000
     live = Scenario(**{**asdict(s), "keys": tuple(s.keys), "start_ms": start})
     truth = Truth()
     _write_manifest(out, live, truth)
@@ -251,7 +257,7 @@ def generate_live(
         wait = (end_ms - now_ms()) / 1000
         if wait > 0:
             sleep(wait)
-        write_file(out, index, lines)
+        write_file(out, index, lines, mtime=end_ms / 1000 if wait < 0 else None)
         truth.files += 1
         truth.lines += len(lines)
         if progress:

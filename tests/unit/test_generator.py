@@ -124,3 +124,26 @@ def test_live_mode_starts_at_now_and_paces_each_file_to_its_arrival_span(tmp_pat
     # each file waits until its span has passed: later files wait longer
     assert waits and all(w > 0 for w in waits) and waits == sorted(waits)
     assert max(waits) <= 2 * 60 + 30 + 5  # the final heartbeats land in the span after the last minute
+
+
+def test_live_mode_with_history_writes_the_past_at_once_dated_at_arrival_then_paces_the_rest(tmp_path):
+    from tidemark.generator import generate_live
+    from tidemark.timeutil import now_ms
+
+    waits: list[float] = []
+    before = now_ms()
+    generate_live(
+        Scenario(hosts=5, minutes=4, events_per_host_per_minute=3, file_span_s=30, duplicate_rate=0.0),
+        tmp_path,
+        sleep=waits.append,
+        history_minutes=2,
+    )
+    start = read_manifest(tmp_path)["scenario"]["start_ms"]
+    assert before - 2 * 60_000 - 1000 <= start <= now_ms() - 2 * 60_000
+    files = sorted(tmp_path.glob("part-*.jsonl"))
+    past = [f for f in files if (start + (int(f.stem[5:]) + 1) * 30_000) < before]
+    assert len(past) >= 3  # the first two minutes, written without waiting
+    # each past file is dated at its arrival time (the file source reads oldest first)
+    for f in past:
+        assert f.stat().st_mtime == pytest.approx((start + (int(f.stem[5:]) + 1) * 30_000) / 1000, abs=0.01)
+    assert len(waits) == len(files) - len(past) and all(w > 0 for w in waits)
