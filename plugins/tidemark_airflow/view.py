@@ -1,184 +1,317 @@
 """The Tidemark view in the Airflow UI: a FastAPI app mounted by the plugin at ``/tidemark``.
 
-Every route requires an authenticated Airflow user (plugin FastAPI apps are not protected by
-default; the dependency below uses Airflow's own auth manager: the UI's session cookie or a
-``Bearer`` token from ``/auth/token``). Reading state never starts Spark: the watermark status
-and reconciliation rows come from the Delta tables through delta-rs, and the job's liveness from
-its heartbeat file.
+**Who may see what.** Plugin FastAPI apps are not protected by default; every route here goes
+through Airflow's auth manager (the UI's session cookie or a ``Bearer`` token from
+``/auth/token``) and checks *authorization*, not only a login: the user must be allowed to
+access plugin views (``requires_access_view(AccessView.PLUGINS)``) and to read DAGs
+(``requires_access_dag("GET")``); each pipeline is shown, and its reports served, only to users
+who may read its reconciliation DAG (``is_authorized_dag``). Others get 403.
 
-Routes: ``/`` (HTML page, shown inside the Airflow UI as an external view), ``/api/pipelines``
-(JSON of the same), ``/reports/{pipeline}/{path}`` (the data-quality reports and Data Docs).
+**What it shows**, per pipeline, read through delta-rs (never Spark) by :mod:`tidemark.dashboard`:
+the watermark over processing time with recorded stalls shaded, how many hosts are how far behind
+(the lagging ones named), the last 24 hours of window alignment against the target, the job's
+liveness, and links to each reconciled hour's report, the latest report and the Data Docs. The
+page refreshes its dashboard every 15 s (``?refresh=SECONDS``) by fetching ``fragment``: no page
+reload, so scroll position and the browser history stay.
+
+Routes: ``/`` (the page, embedded in the Airflow UI as an external view), ``/fragment`` (the
+dashboard's HTML), ``/api/pipelines`` (JSON of the same), ``/reports/{pipeline}/{path}`` (the
+published reports and the whole Data Docs site, so the links inside them resolve).
 """
 
 from __future__ import annotations
 
 import html
+import json
 import logging
+import mimetypes
 from pathlib import Path
 from typing import Any
 
-from airflow.api_fastapi.core_api.security import requires_authenticated
-from fastapi import Depends, FastAPI, HTTPException
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagDetails
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_view
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
 from tidemark_airflow.pipelines import Pipeline, configured_pipelines
 
 log = logging.getLogger(__name__)
 
+REFRESH_SECONDS = 15
+HOUR_REPORTS_LISTED = 24
+# what /reports serves from a pipeline's quality root (GX's own config and outcomes stay private)
+SERVED = ("reconciliation.html", "hours/", "gx/uncommitted/data_docs/")
+
 app = FastAPI(
     title="Tidemark",
-    description="Watermark, lag, lagging hosts and reconciliation per pipeline",
-    dependencies=[Depends(requires_authenticated())],
+    description="Watermark, host lag, alignment and reports per pipeline",
+    dependencies=[Depends(requires_access_view(AccessView.PLUGINS)), Depends(requires_access_dag("GET"))],
 )
 
 
-def report_files(pipeline: Pipeline) -> dict[str, Path]:
-    """The data-quality reports of a pipeline that exist on disk, by label."""
-    try:
-        from tidemark.report import report_locations
-    except ImportError:  # reports not built by this installation
-        return {}
-    return {label: Path(p) for label, p in report_locations(pipeline.config).items() if Path(p).is_file()}
+def reconciliation_dag_id(pipeline: str) -> str:
+    return f"tidemark_reconciliation__{pipeline}"
 
 
-def pipeline_summary(pipeline: Pipeline, windows: int = 12) -> dict[str, Any]:
-    from tidemark import liveness
-    from tidemark.status import read_status
+def readable_pipelines(user) -> list[Pipeline]:
+    """The configured pipelines whose DAGs the user may read."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    manager = get_auth_manager()
+    return [
+        p
+        for p in configured_pipelines()
+        if manager.is_authorized_dag(
+            method="GET", details=DagDetails(id=reconciliation_dag_id(p.name)), user=user
+        )
+    ]
+
+
+def _quality_root(pipeline: Pipeline) -> Path:
+    from tidemark.quality import quality_root
+
+    return quality_root(pipeline.config)
+
+
+def report_links(pipeline: Pipeline, root: str = "") -> dict[str, Any]:
+    """Hrefs of the pipeline's published pages: ``pages`` by label (latest report, Data Docs,
+    validation history) and ``hours`` (one report per reconciled range, newest first)."""
+    from tidemark.report import range_reports, report_locations
     from tidemark.timeutil import format_instant_ms
-    from tidemark_airflow.reconciliation import reconciliation_rows
+
+    base = _quality_root(pipeline)
+    prefix = f"{root}/reports/{pipeline.name}/"
+    pages = {
+        label: prefix + path.relative_to(base).as_posix()
+        for label, path in report_locations(pipeline.config).items()
+    }
+    hours = [
+        {
+            "start": format_instant_ms(r.start_ms),
+            "end": format_instant_ms(r.end_ms),
+            "href": prefix + r.path.relative_to(base).as_posix(),
+        }
+        for r in range_reports(pipeline.config)[:HOUR_REPORTS_LISTED]
+    ]
+    return {"pages": pages, "hours": hours}
+
+
+def pipeline_summary(pipeline: Pipeline, root: str = "") -> tuple[dict[str, Any], Any]:
+    """The pipeline's numbers as JSON-ready data, and the :class:`tidemark.dashboard.Dashboard`
+    they came from (None when its tables could not be read)."""
+    from tidemark import liveness
+    from tidemark.dashboard import load_dashboard
+    from tidemark.timeutil import format_instant_ms
 
     config = pipeline.config
     summary: dict[str, Any] = {"pipeline": pipeline.name, "config": pipeline.config_path}
+    dashboard = None
     try:
-        summary["status"] = read_status(config).to_dict(limit=config.alerts.max_hosts_listed)
+        dashboard = load_dashboard(config)
     except Exception as exc:  # one broken pipeline must not hide the others
-        summary["status"] = None
-        summary["error"] = f"status: {type(exc).__name__}: {exc}"
+        summary["error"] = f"{type(exc).__name__}: {exc}"
+    status = dashboard.status if dashboard is not None else None
+    summary["status"] = status.to_dict(limit=config.alerts.max_hosts_listed) if status is not None else None
     job = liveness.assess(config, hang_after_ms=config.airflow.hang_after)
     summary["job"] = {"state": job.state, "reason": job.reason}
-    try:
-        rows = reconciliation_rows(config)
-    except Exception as exc:
-        rows = None
-        summary["error"] = f"reconciliation: {type(exc).__name__}: {exc}"
-    recent = []
-    if rows is not None and not rows.empty:
-        for _, row in rows.tail(windows).iterrows():
-            alignment = row["alignment"]
-            recent.append(
-                {
-                    "window_start": format_instant_ms(int(row["window_start_ms"])),
-                    "status": row["status"],
-                    "stream": int(row["stream_events"]),
-                    "batch": int(row["batch_events"]),
-                    "late": int(row["late_events"]),
-                    "alignment": None if alignment != alignment else float(alignment),  # NaN -> None
-                    "aligned": None
-                    if row["aligned"] is None or row["aligned"] != row["aligned"]
-                    else bool(row["aligned"]),
-                    "unexplained": int(row["unexplained"]),
-                }
-            )
-    summary["reconciliation"] = recent
     summary["target"] = config.reconcile.target
-    summary["reports"] = {label: f"reports/{pipeline.name}/{label}" for label in report_files(pipeline)}
-    return summary
+    if dashboard is not None:
+        summary["lag_histogram"] = [
+            {"lo_ms": b.lo_ms, "hi_ms": b.hi_ms, "hosts": b.hosts} for b in dashboard.lag_bins
+        ]
+        summary["never_reported"] = dashboard.never_reported
+        summary["alignment"] = [
+            {
+                "window_start": format_instant_ms(p.window_start_ms),
+                "alignment": p.alignment,
+                "aligned": p.aligned,
+            }
+            for p in dashboard.alignment
+        ]
+        summary["stalls"] = [
+            {"start": format_instant_ms(s), "end": format_instant_ms(e)} for s, e in dashboard.stalls
+        ]
+    summary["reports"] = report_links(pipeline, root)
+    return summary, dashboard
 
 
 @app.get("/api/pipelines")
-def api_pipelines() -> list[dict[str, Any]]:
-    return [pipeline_summary(p) for p in configured_pipelines()]
+def api_pipelines(request: Request, user: GetUserDep) -> list[dict[str, Any]]:
+    root = request.scope.get("root_path", "")
+    return [pipeline_summary(p, root)[0] for p in readable_pipelines(user)]
 
 
-@app.get("/reports/{pipeline}/{label}")
-def report(pipeline: str, label: str) -> FileResponse:
-    for p in configured_pipelines():
-        if p.name == pipeline:
-            files = report_files(p)
-            if label in files:
-                return FileResponse(files[label], media_type="text/html")
-    raise HTTPException(status_code=404, detail=f"no report {label!r} for pipeline {pipeline!r}")
+@app.get("/reports/{pipeline}/{path:path}")
+def report(pipeline: str, path: str, user: GetUserDep) -> FileResponse:
+    """A published page or Data Docs file of a pipeline the user may read (404 otherwise)."""
+    for p in readable_pipelines(user):
+        if p.name != pipeline:
+            continue
+        base = _quality_root(p).resolve()
+        target = (base / path).resolve()
+        inside = target.is_relative_to(base)
+        relative = target.relative_to(base).as_posix() if inside else ""
+        if inside and target.is_file() and any(relative == s or relative.startswith(s) for s in SERVED):
+            media = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+            return FileResponse(target, media_type=media)
+        break
+    raise HTTPException(status_code=404, detail=f"no page {path!r} for pipeline {pipeline!r}")
 
 
 _STATE_COLOURS = {"ADVANCING": "#1a7f37", "STALLED": "#cf222e", "WAITING": "#9a6700", "RUNNING": "#1a7f37"}
-
-
-def _fmt_alignment(value: float | None) -> str | None:
-    return None if value is None else f"{value:.6f}"
 
 
 def _e(value: Any) -> str:
     return html.escape("-" if value is None else str(value))
 
 
-def render(summaries: list[dict[str, Any]]) -> str:
+def _facts(s: dict[str, Any]) -> str:
     from tidemark.timeutil import humanize_ms
 
-    parts = []
-    for s in summaries:
-        st = s.get("status") or {}
-        state = st.get("state", "UNKNOWN")
-        lag = st.get("event_time_lag_ms")
-        job = s["job"]
-        parts.append(
-            f'<section class="pipeline" data-pipeline="{_e(s["pipeline"])}">'
-            f"<h2>{_e(s['pipeline'])}</h2>"
-            + (f'<p class="error">{_e(s["error"])}</p>' if s.get("error") else "")
-            + '<table class="facts">'
-            f'<tr><th>watermark</th><td class="watermark">{_e(st.get("watermark"))}</td></tr>'
-            f'<tr><th>state</th><td class="state" style="color:{_STATE_COLOURS.get(state, "#57606a")}">'
-            f"<b>{_e(state)}</b>"
-            + (f" since {_e(st.get('stalled_since'))}" if st.get("stalled_since") else "")
-            + "</td></tr>"
-            f"<tr><th>lag</th><td>{_e(humanize_ms(lag) if lag is not None else None)} behind the median host</td></tr>"
-            f"<tr><th>last advanced</th><td>{_e(humanize_ms(st['since_advance_ms']) + ' ago' if st.get('since_advance_ms') is not None else None)}</td></tr>"
-            f"<tr><th>last batch</th><td>{_e(st.get('last_batch_id'))} committed {_e(st.get('last_commit'))}</td></tr>"
-            f"<tr><th>hosts</th><td>{_e(st.get('hosts_total'))} expected, {_e(st.get('hosts_reporting'))} reporting, "
-            f"{_e(st.get('hosts_lagging'))} lagging (allowed {_e(st.get('allowed_lagging'))})</td></tr>"
-            f'<tr><th>streaming job</th><td style="color:{_STATE_COLOURS.get(job["state"], "#57606a")}">'
-            f"{_e(job['state'])}: {_e(job['reason'])}</td></tr>"
-            "</table>"
-        )
-        lagging = st.get("lagging_hosts") or []
-        if lagging:
-            rows = "".join(
-                f"<tr><td>{_e(h['host'])}</td><td>{_e(humanize_ms(h['lag_ms']) if h.get('lag_ms') is not None else 'never reported')}</td></tr>"
-                for h in lagging
-            )
-            parts.append(
-                f"<h3>Lagging hosts ({len(lagging)} of {_e(st.get('hosts_lagging'))}, worst first)</h3>"
-                f'<table class="lagging"><tr><th>host</th><th>lag</th></tr>{rows}</table>'
-            )
-        recon = s.get("reconciliation") or []
-        if recon:
-            rows = "".join(
-                f'<tr class="{"bad" if w["aligned"] is False else ""}"><td>{_e(w["window_start"])}</td><td>{_e(w["status"])}</td>'
-                f"<td>{w['stream']:,}</td><td>{w['batch']:,}</td><td>{w['late']:,}</td>"
-                f"<td>{_e(_fmt_alignment(w['alignment']))}</td><td>{w['unexplained']:,}</td></tr>"
-                for w in recon
-            )
-            parts.append(
-                f"<h3>Last reconciled windows (target {_e(s['target'])})</h3>"
-                '<table class="reconciliation"><tr><th>window start</th><th>status</th><th>stream</th>'
-                f"<th>batch</th><th>late</th><th>alignment</th><th>unexplained</th></tr>{rows}</table>"
-            )
-        else:
-            parts.append("<p>No reconciliation yet.</p>")
-        links = " · ".join(
-            f'<a href="{_e(href)}" target="_blank">{_e(label)}</a>' for label, href in s["reports"].items()
-        )
-        parts.append(f'<p class="reports">Data-quality reports: {links or "none yet"}</p></section>')
-    body = "".join(parts) or "<p>No pipelines configured (TIDEMARK_PIPELINES_DIR).</p>"
+    st = s.get("status") or {}
+    state = st.get("state", "UNKNOWN")
+    lag = st.get("event_time_lag_ms")
+    job = s["job"]
+    since = st.get("since_advance_ms")
     return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Tidemark</title>"
-        "<meta http-equiv='refresh' content='30'>"
-        "<style>body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1f2328}"
-        "table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{padding:.25rem .7rem;border-bottom:1px solid #d0d7de;"
-        "text-align:left}th{color:#57606a;font-weight:600}tr.bad td{background:#ffebe9}.error{color:#cf222e}"
-        "section{margin-bottom:2rem}</style></head><body><h1>Tidemark</h1>" + body + "</body></html>"
+        '<table class="facts">'
+        f'<tr><th>watermark</th><td class="watermark">{_e(st.get("watermark"))}</td></tr>'
+        f'<tr><th>state</th><td class="state" style="color:{_STATE_COLOURS.get(state, "#57606a")}">'
+        f"<b>{_e(state)}</b>"
+        + (f" since {_e(st.get('stalled_since'))}" if st.get("stalled_since") else "")
+        + "</td></tr>"
+        f"<tr><th>lag</th><td>{_e(humanize_ms(lag) if lag is not None else None)} behind the median host</td></tr>"
+        f"<tr><th>last advanced</th><td>{_e(humanize_ms(since) + ' ago' if since is not None else None)}</td></tr>"
+        f"<tr><th>last batch</th><td>{_e(st.get('last_batch_id'))} committed {_e(st.get('last_commit'))}</td></tr>"
+        f"<tr><th>hosts</th><td>{_e(st.get('hosts_total'))} expected, {_e(st.get('hosts_reporting'))} reporting, "
+        f"{_e(st.get('hosts_lagging'))} lagging (allowed {_e(st.get('allowed_lagging'))})</td></tr>"
+        f'<tr><th>streaming job</th><td class="job" style="color:{_STATE_COLOURS.get(job["state"], "#57606a")}">'
+        f"{_e(job['state'])}: {_e(job['reason'])}</td></tr>"
+        "</table>"
     )
 
 
+def _lagging(s: dict[str, Any]) -> str:
+    from tidemark.timeutil import humanize_ms
+
+    st = s.get("status") or {}
+    lagging = st.get("lagging_hosts") or []
+    if not lagging:
+        return '<p class="lagging-none">No host lags beyond the threshold.</p>'
+    rows = "".join(
+        f'<tr><td class="host">{_e(h["host"])}</td><td>'
+        f"{_e(humanize_ms(h['lag_ms']) if h.get('lag_ms') is not None else 'never reported')}</td></tr>"
+        for h in lagging
+    )
+    return (
+        f"<h3>Lagging hosts ({len(lagging)} of {_e(st.get('hosts_lagging'))}, worst first)</h3>"
+        f'<table class="lagging"><tr><th>host</th><th>behind the median host</th></tr>{rows}</table>'
+    )
+
+
+def _links(s: dict[str, Any]) -> str:
+    reports = s["reports"]
+    names = {
+        "reconciliation": "latest report",
+        "data-docs": "Data Docs",
+        "quality-history": "validation history",
+    }
+    pages = " · ".join(
+        f'<a class="report" data-label="{_e(label)}" href="{_e(href)}" target="_blank">{_e(names.get(label, label))}</a>'
+        for label, href in reports["pages"].items()
+    )
+    hours = "".join(
+        f'<li><a class="hour-report" data-start="{_e(h["start"])}" data-end="{_e(h["end"])}" '
+        f'href="{_e(h["href"])}" target="_blank">{_e(h["start"][:16].replace("T", " "))} – '
+        f"{_e(h['end'][11:16])} UTC</a></li>"
+        for h in reports["hours"]
+    )
+    return f'<p class="reports">Reports: {pages or "none yet"}</p>' + (
+        f'<details class="hours" open><summary>Reconciled hours</summary><ul>{hours}</ul></details>'
+        if hours
+        else ""
+    )
+
+
+def render_fragment(items: list[tuple[dict[str, Any], Any]]) -> str:
+    """The dashboard's HTML (the part the page refreshes)."""
+    from tidemark.dashboard import alignment_plot, lag_histogram_plot, watermark_plot
+
+    parts = []
+    for s, d in items:
+        parts.append(
+            f'<section class="pipeline" data-pipeline="{_e(s["pipeline"])}"><h2>{_e(s["pipeline"])}</h2>'
+            + (f'<p class="error">{_e(s["error"])}</p>' if s.get("error") else "")
+            + '<div class="row">'
+            + _facts(s)
+            + _links(s)
+            + "</div>"
+        )
+        if d is not None:
+            parts.append(
+                watermark_plot(d)
+                + '<div class="row">'
+                + lag_histogram_plot(d)
+                + _lagging(s)
+                + "</div>"
+                + alignment_plot(d)
+            )
+        parts.append("</section>")
+    return "".join(parts) or "<p>No pipelines you may read are configured (TIDEMARK_PIPELINES_DIR).</p>"
+
+
+PAGE_CSS = (
+    "body{font:14px/1.45 system-ui,sans-serif;margin:1.5rem;color:#1f2328}"
+    "h2{margin:.2rem 0 .6rem}section{margin-bottom:2.5rem;border-bottom:2px solid #d0d7de}"
+    "table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{padding:.25rem .7rem;"
+    "border-bottom:1px solid #d0d7de;text-align:left}th{color:#57606a;font-weight:600}"
+    ".row{display:flex;flex-wrap:wrap;gap:1.5rem;align-items:flex-start}.error{color:#cf222e}"
+    "figure.chart{margin:12px 0;border:1px solid #e2e8f0;border-radius:6px;padding:8px}"
+    "figcaption{font-weight:600;margin:0 0 4px}.legend{font-weight:400;color:#4a5568;margin-left:12px;"
+    "font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}"
+    ".target-key{color:#c53030}svg{max-width:100%;height:auto}svg .grid{stroke:#edf2f7}"
+    "svg .axis{stroke:#718096}svg .tick{font-size:11px;fill:#4a5568}svg .label{font-size:12px;fill:#2d3748}"
+    "svg .series{fill:none;stroke:#2b6cb0;stroke-width:1.5}"
+    "svg .target{stroke:#c53030;stroke-dasharray:6 4;stroke-width:1.5}"
+    ".hours ul{columns:2;margin:.3rem 0;padding-left:1.2rem}#updated{color:#57606a;font-size:12px}"
+)
+
+
+def render_page(fragment: str, root: str, refresh_seconds: int, refreshed_at: str) -> str:
+    script = (
+        "<script>(function(){"
+        f"const url={json.dumps(root + '/fragment')};const every={refresh_seconds * 1000};"
+        "async function refresh(){try{const r=await fetch(url,{credentials:'same-origin',cache:'no-store'});"
+        "if(!r.ok){document.getElementById('updated').textContent='refresh failed: HTTP '+r.status;return;}"
+        "const html=await r.text();document.getElementById('dashboard').innerHTML=html;"
+        "const at=new Date().toISOString();document.body.dataset.refreshedAt=at;"
+        "document.getElementById('updated').textContent='updated '+at;"
+        "}catch(e){document.getElementById('updated').textContent='refresh failed: '+e;}}"
+        "setInterval(refresh,every);})();</script>"
+    )
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Tidemark</title>"
+        f"<style>{PAGE_CSS}</style></head><body data-refreshed-at='{_e(refreshed_at)}'>"
+        f"<h1>Tidemark</h1><p id='updated'>updated {_e(refreshed_at)} · refreshes every {refresh_seconds} s</p>"
+        f"<main id='dashboard'>{fragment}</main>{script}</body></html>"
+    )
+
+
+def _items(request: Request, user) -> list[tuple[dict[str, Any], Any]]:
+    root = request.scope.get("root_path", "")
+    return [pipeline_summary(p, root) for p in readable_pipelines(user)]
+
+
+@app.get("/fragment", response_class=HTMLResponse)
+def fragment(request: Request, user: GetUserDep) -> str:
+    return render_fragment(_items(request, user))
+
+
 @app.get("/", response_class=HTMLResponse)
-def index() -> str:
-    return render(api_pipelines())
+def index(request: Request, user: GetUserDep, refresh: int = REFRESH_SECONDS) -> str:
+    from tidemark.timeutil import format_instant_ms, now_ms
+
+    root = request.scope.get("root_path", "")
+    return render_page(
+        render_fragment(_items(request, user)), root, max(2, refresh), format_instant_ms(now_ms())
+    )

@@ -50,6 +50,7 @@ import contextlib
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -761,6 +762,7 @@ def validate_pipeline(
     docs = history = None
     if build_docs:
         context.build_data_docs()
+        fix_static_links(data_docs_index(config, quality_dir).parent)
         docs = str(data_docs_index(config, quality_dir))
         history = str(write_docs_history(config, quality_dir))
     return ValidationOutcome(
@@ -780,8 +782,34 @@ def build_data_docs(config: PipelineConfig, quality_dir: str | os.PathLike[str] 
     """Rebuild the pipeline's Data Docs from every stored validation result; return the index page."""
     _context(quality_root(config, quality_dir)).build_data_docs()
     index = data_docs_index(config, quality_dir)
+    fix_static_links(index.parent)
     write_docs_history(config, quality_dir)
     return index
+
+
+_STATIC_LINK = re.compile(r'((?:href|src)=")((?:\.\./)+|\./)static/')
+
+
+def fix_static_links(site: Path) -> int:
+    """Point every Data Docs page's links to the site's ``static/`` at the right depth.
+
+    GX 1.24 writes validation result pages four directories deep
+    (``validations/<suite>/<run>/<time>/<batch>.html``) but links their favicon with three ``../``,
+    a file that does not exist; served over HTTP (the Airflow view) that link is a 404. Returns the
+    number of pages rewritten (atomically); pages already right are left alone.
+    """
+    fixed = 0
+    for page in site.rglob("*.html"):
+        depth = len(page.relative_to(site).parts) - 1
+        prefix = "../" * depth if depth else "./"
+        text = page.read_text(encoding="utf-8")
+        new = _STATIC_LINK.sub(lambda m, prefix=prefix: f"{m.group(1)}{prefix}static/", text)
+        if new != text:
+            tmp = page.with_name(f".{page.name}.tmp")
+            tmp.write_text(new, encoding="utf-8")
+            os.replace(tmp, page)
+            fixed += 1
+    return fixed
 
 
 HISTORY_PAGE = "tidemark_history.html"

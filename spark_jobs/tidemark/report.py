@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 WORST_WINDOWS = 10
 HOSTS_PER_EXPLANATION = 5
 REPORT_FILE = "reconciliation.html"
+HOURS_DIR = "hours"  # one published report per reconciled range: hours/<start>--<end>.html
 
 
 def report_path(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -72,6 +73,54 @@ def report_locations(
         "quality-history": docs_history_page(config, quality_dir),
     }
     return {label: path for label, path in candidates.items() if path.is_file()}
+
+
+def _compact(ms: int) -> str:
+    """``2025-11-22T10:00:00.000Z`` -> ``20251122T1000Z`` (seconds kept when not zero): a file name
+    without ':' that sorts by time."""
+    iso = format_instant_ms(ms)
+    hhmm = iso[11:13] + iso[14:16] + ("" if iso[17:23] == "00.000" else iso[17:19])
+    return f"{iso[0:4]}{iso[5:7]}{iso[8:10]}T{hhmm}Z"
+
+
+def range_report_path(
+    config: PipelineConfig, start_ms: int, end_ms: int, quality_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """Where the report of one reconciled range (a scheduled run's hour) is published:
+    ``<quality root>/hours/<start>--<end>.html``, e.g. ``hours/20251122T1000Z--20251122T1100Z.html``."""
+    from tidemark.quality import quality_root
+
+    return quality_root(config, quality_dir) / HOURS_DIR / f"{_compact(start_ms)}--{_compact(end_ms)}.html"
+
+
+@dataclass(frozen=True)
+class RangeReport:
+    start_ms: int
+    end_ms: int
+    path: Path
+
+
+def range_reports(
+    config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None
+) -> list[RangeReport]:
+    """The published per-range reports, newest range first."""
+    from tidemark.quality import quality_root
+    from tidemark.timeutil import parse_instant_ms
+
+    found = []
+    for path in (quality_root(config, quality_dir) / HOURS_DIR).glob("*--*.html"):
+        start, _, end = path.stem.partition("--")
+        try:
+            found.append(RangeReport(parse_instant_ms(_expand(start)), parse_instant_ms(_expand(end)), path))
+        except ValueError:  # not one of ours
+            continue
+    return sorted(found, key=lambda r: (r.start_ms, r.end_ms), reverse=True)
+
+
+def _expand(compact: str) -> str:
+    d, t = compact.rstrip("Z").split("T")
+    seconds = t[4:6] or "00"
+    return f"{d[0:4]}-{d[4:6]}-{d[6:8]}T{t[0:2]}:{t[2:4]}:{seconds}Z"
 
 
 @dataclass(frozen=True)
@@ -146,7 +195,8 @@ def load_report_data(
     config: PipelineConfig, start_ms: int | None = None, end_ms: int | None = None
 ) -> ReportData:
     """Everything the report plots, from the tables (closed windows with ``window_start`` in range)."""
-    from tidemark.quality import _in_range, stall_intervals
+    from tidemark.dashboard import stall_spans
+    from tidemark.quality import _in_range
 
     if start_ms is not None and end_ms is not None and end_ms <= start_ms:
         raise ConfigError(
@@ -214,10 +264,7 @@ def load_report_data(
                         int(r.frontier_ms - r.watermark_ms),
                     )
                 )
-        last_ts = int(marks["batch_ts_ms"].max()) if marks["batch_ts_ms"].notna().any() else now_ms()
-        stalls = [(s, e if e is not None else last_ts) for s, e in stall_intervals(_read(config, T.STALLS))]
-        if last["stall_since_ms"] == last["stall_since_ms"] and last["stall_since_ms"] is not None:
-            stalls.append((int(last["stall_since_ms"]), last_ts))
+        stalls = stall_spans(marks, _read(config, T.STALLS))
     return ReportData(
         pipeline=config.pipeline,
         target=float(config.reconcile.target),
@@ -261,7 +308,10 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 class _Plot:
     """Linear y axis over [y0, y1] and an x mapping supplied per chart; emits SVG text."""
 
-    def __init__(self, chart_id: str, title: str, y0: float, y1: float, y_label: str, y_fmt) -> None:
+    def __init__(
+        self, chart_id: str, title: str, y0: float, y1: float, y_label: str, y_fmt, svg_class: str = "plot"
+    ) -> None:
+        self.svg_class = svg_class
         self.id, self.title, self.y0, self.y1 = chart_id, title, y0, y1 if y1 > y0 else y0 + 1
         self.y_label, self.y_fmt = y_label, y_fmt
         self.parts: list[str] = []
@@ -294,10 +344,23 @@ class _Plot:
             f'text-anchor="middle">{_e(x_label)}</text>'
         )
 
+    def stalls(self, spans: list[tuple[int, int]], sx, x0: int, x1: int) -> None:
+        """Shade processing-time stall spans (clipped to ``[x0, x1]``; ``sx`` maps time to x)."""
+        for start, end in spans:
+            a, b = sx(max(start, x0)), sx(min(end, x1))
+            self.parts.append(
+                f'<rect class="stall" x="{a:.1f}" y="{TOP}" width="{max(b - a, 2):.1f}" '
+                f'height="{self.inner_h}" fill="{STALL_COLOR}" data-start="{format_instant_ms(start)}" '
+                f'data-end="{format_instant_ms(end)}" data-start-ms="{start}" data-end-ms="{end}">'
+                f"<title>stall {format_instant_ms(start)} .. {format_instant_ms(end)} "
+                f"({humanize_ms(end - start)})</title></rect>"
+            )
+
     def svg(self, legend: str = "") -> str:
         return (
             f'<figure class="chart" id="{self.id}"><figcaption>{_e(self.title)}{legend}</figcaption>'
-            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
+            f'<svg class="{self.svg_class}" xmlns="http://www.w3.org/2000/svg" '
+            f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
             f'height="{HEIGHT}" role="img" aria-label="{_e(self.title)}">'
             + "".join(self.parts)
             + "</svg></figure>"
@@ -416,15 +479,7 @@ def lag_chart(data: ReportData) -> str:
     def sx(t: float) -> float:
         return LEFT + plot.inner_w * (t - x0) / (x1 - x0)
 
-    for start, end in data.stalls:
-        a, b = sx(max(start, x0)), sx(min(end, x1))
-        plot.parts.append(
-            f'<rect class="stall" x="{a:.1f}" y="{TOP}" width="{max(b - a, 2):.1f}" height="{plot.inner_h}" '
-            f'fill="{STALL_COLOR}" data-start="{format_instant_ms(start)}" '
-            f'data-end="{format_instant_ms(end)}">'
-            f"<title>stall {format_instant_ms(start)} .. {format_instant_ms(end)} "
-            f"({humanize_ms(end - start)})</title></rect>"
-        )
+    plot.stalls(data.stalls, sx, x0, x1)
     ticks = [
         (sx(x0 + (x1 - x0) * k / 6), format_instant_ms(int(x0 + (x1 - x0) * k / 6))[11:19]) for k in range(7)
     ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
@@ -78,15 +80,21 @@ def latest_marker(config: PipelineConfig) -> dict | None:
     return T.latest_marker(config.table_path(T.WATERMARKS))
 
 
-def read_status(config: PipelineConfig, now: int | None = None) -> PipelineStatus:
-    marker = latest_marker(config)
+def host_progress(config: PipelineConfig, marker: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    """(hosts, progress ms) as of the committed ``marker`` (the host-progress version it points at);
+    empty arrays before the first batch."""
+    if marker is None:
+        return np.array([], dtype=object), np.array([], dtype="int64")
+    frame = T.read_local(config.table_path(T.HOST_PROGRESS), int(marker["hosts_version"]))
+    return frame["host"].to_numpy(), frame["progress_ms"].to_numpy(dtype="int64")
+
+
+def read_status(config: PipelineConfig, now: int | None = None, marker: dict | None = None) -> PipelineStatus:
+    """The pipeline's watermark status at ``now``, from ``marker`` (default: the newest committed one)."""
+    marker = marker if marker is not None else latest_marker(config)
     wm_cfg = config.watermark
     expected = read_hosts_file(wm_cfg.hosts_file) if wm_cfg.hosts_file else None
-    hosts: list[str] = []
-    progress: list[int] = []
-    if marker is not None:
-        frame = T.read_local(config.table_path(T.HOST_PROGRESS), int(marker["hosts_version"]))
-        hosts, progress = frame["host"].to_numpy(), frame["progress_ms"].to_numpy(dtype="int64")
+    hosts, progress = host_progress(config, marker)
     status = evaluate_status(
         hosts,
         progress,

@@ -148,19 +148,25 @@ def test_reconciliation_dag_alerts_on_a_misaligned_hour_then_publishes_it_once_w
     assert len(http.posts) == 1 and len(smtp.messages) == 1
 
     # The Tidemark view shows the hour's windows (window starts as committed, not in seconds
-    # since 1970) and serves the pages the DAG published.
+    # since 1970) and links the pages the DAG published: the hour's own report among them.
     from tidemark_airflow.pipelines import load_pipeline
-    from tidemark_airflow.view import pipeline_summary, render, report
+    from tidemark_airflow.view import pipeline_summary, render_fragment
 
-    summary = pipeline_summary(load_pipeline(config_path(config)))
-    assert [w["window_start"] for w in summary["reconciliation"]] == [
+    summary, dashboard = pipeline_summary(load_pipeline(config_path(config)), root="/tidemark")
+    assert [w["window_start"] for w in summary["alignment"]] == [
         format_instant_ms(start + i * 60_000) for i in range(5)
     ]
-    assert all(w["aligned"] and w["unexplained"] == 0 for w in summary["reconciliation"])
-    assert set(summary["reports"]) == {"reconciliation", "data-docs", "quality-history"}
-    page = render([summary])
-    assert misaligned[0] in page and 'href="reports/rec/reconciliation"' in page
-    assert Path(report("rec", "reconciliation").path) == pages["reconciliation"]
+    assert all(w["aligned"] for w in summary["alignment"])
+    assert set(summary["reports"]["pages"]) == {"reconciliation", "data-docs", "quality-history"}
+    assert summary["reports"]["pages"]["reconciliation"] == "/tidemark/reports/rec/reconciliation.html"
+    [hour] = summary["reports"]["hours"]
+    assert (hour["start"], hour["end"]) == (format_instant_ms(start), format_instant_ms(end))
+    published = Path(str(pages["reconciliation"].parent) + hour["href"].removeprefix("/tidemark/reports/rec"))
+    assert misaligned[0] in published.read_text(encoding="utf-8")  # the hour's page has its windows
+    page = render_fragment([(summary, dashboard)])
+    assert 'class="hour-report" data-start="' + format_instant_ms(start) + '"' in page
+    docs = "/tidemark/reports/rec/gx/uncommitted/data_docs/local_site/index.html"
+    assert f'data-label="data-docs" href="{docs}"' in page
 
 
 def _states(run) -> dict[str, str]:

@@ -154,3 +154,27 @@ def test_windows_of_a_batch_in_flight_are_not_validated_but_a_missing_marker_is_
     marks = _marks([minute, 2 * minute, 2 * minute, 3 * minute]).drop(index=1)
     frame = windows_frame(windows.assign(batch_id=[0, 1, 3]), marks, minute)
     assert frame["batch_id"].tolist() == [0, 1, 3] and pd.isna(frame["batch_watermark_ms"].iloc[1])
+
+
+def test_data_docs_links_to_static_resolve_at_every_depth(tmp_path):
+    from tidemark.quality import fix_static_links
+
+    site = tmp_path / "local_site"
+    (site / "static" / "images").mkdir(parents=True)
+    (site / "static" / "images" / "favicon.ico").write_bytes(b"icon")
+    pages = {
+        "index.html": "./static/images/favicon.ico",
+        "expectations/s.html": "../static/images/favicon.ico",
+        # what GX 1.24 writes four levels deep: one ../ short
+        "validations/s/run/20251122T100000Z/batch.html": "../../../static/images/favicon.ico",
+    }
+    for rel, link in pages.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(f'<link rel="icon" href="{link}"><a href="https://x.io/static/a">x</a>')
+    assert fix_static_links(site) == 1
+    for rel in pages:
+        text = (site / rel).read_text()
+        link = text.split('href="')[1].split('"')[0]
+        assert ((site / rel).parent / link).resolve().is_file(), (rel, link)
+        assert 'href="https://x.io/static/a"' in text  # external links untouched
+    assert fix_static_links(site) == 0  # idempotent
