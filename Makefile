@@ -21,7 +21,7 @@ setup:
 	@scripts/setup.sh
 
 run: setup
-	PYTHONPATH=plugins $(VENV)/python -m tidemark_airflow.launcher $(RUN_ARGS)
+	$(VENV)/python -m tidemark_airflow.launcher $(RUN_ARGS)
 
 demo: setup
 	$(VENV)/tidemark demo

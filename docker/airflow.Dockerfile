@@ -35,7 +35,11 @@ WORKDIR /opt/tidemark
 COPY --chown=airflow:0 requirements.txt pyproject.toml README.md ./
 # Installing apache-airflow at the base image's version with the rest keeps pip from moving it.
 RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r requirements.txt
+# the whole package (core, jobs, GX suites, Java source, Airflow side, DAG files): see pyproject.toml
 COPY --chown=airflow:0 spark_jobs ./spark_jobs
+COPY --chown=airflow:0 expectations ./expectations
+COPY --chown=airflow:0 plugins ./plugins
+COPY --chown=airflow:0 dags ./dags
 RUN pip install --no-cache-dir --no-deps . \
  && pip check
 COPY --from=jars --chown=airflow:0 /build/jars /opt/tidemark/jars

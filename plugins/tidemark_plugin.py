@@ -1,20 +1,9 @@
-"""Registers the Tidemark view with the Airflow UI (Airflow 3 plugin: a FastAPI app + a nav entry)."""
+"""The plugins-folder registration of the Tidemark view, for a checkout run without installing.
 
-from typing import ClassVar
+An installed package registers the same plugin through its ``airflow.plugins`` entry point
+(``tidemark_airflow.plugin:TidemarkPlugin``); Airflow skips the second registration by name.
+"""
 
-from airflow.plugins_manager import AirflowPlugin
+from tidemark_airflow.plugin import TidemarkPlugin
 
-from tidemark_airflow.view import app
-
-
-class TidemarkPlugin(AirflowPlugin):
-    name = "tidemark"
-    fastapi_apps: ClassVar[list] = [{"app": app, "url_prefix": "/tidemark", "name": "Tidemark"}]
-    external_views: ClassVar[list] = [
-        {
-            "name": "Tidemark",
-            "href": "/tidemark/",
-            "destination": "nav",
-            "url_route": "tidemark",
-        }
-    ]
+__all__ = ["TidemarkPlugin"]

@@ -36,11 +36,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.tidemark-requirements.sha256
-want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing pinned requirements (a few minutes the first time)"
   .venv/bin/pip install --quiet --upgrade pip wheel setuptools
-  .venv/bin/pip install --quiet -r requirements.txt
+  .venv/bin/pip install --quiet -r requirements-dev.txt
   .venv/bin/pip install --quiet --no-deps -e .
   .venv/bin/pip check
   echo "$want" > "$stamp"
@@ -48,6 +48,10 @@ else
   say "requirements up to date"
 fi
 
+# The venv's jar cache (tidemark.resources.jars_dir: <venv>/share/tidemark/jars) is the checkout's
+# .cache/jars, which survives a rebuilt venv.
+mkdir -p .cache/jars .venv/share/tidemark
+ln -sfn "$PWD/.cache/jars" .venv/share/tidemark/jars
 # The record parser's JVM fast path (spark_jobs/jvm), compiled against the installed pyspark.
 scripts/build_udf.sh .venv/bin/python .cache/jars
 if ! .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; cached_jars()' 2>/dev/null; then

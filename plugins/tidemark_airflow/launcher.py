@@ -32,12 +32,18 @@ from pathlib import Path
 
 import yaml
 
-from tidemark.sparkenv import REPO_ROOT
 from tidemark.timeutil import MS_PER_HOUR, MS_PER_MINUTE, format_instant_ms, now_ms
 from tidemark_airflow.pipelines import load_pipeline
 from tidemark_airflow.pools import sync_pools
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def dags_folder() -> Path:
+    """The DAG files shipped with the installed package (``tidemark_airflow.dags``)."""
+    from importlib.resources import files
+
+    return Path(str(files("tidemark_airflow.dags")))
 
 
 class Platform:
@@ -68,12 +74,10 @@ class Platform:
         return {
             **os.environ,
             "PATH": f"{self.bin}{os.pathsep}{path}",
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(REPO_ROOT / "plugins"), os.environ.get("PYTHONPATH")])
-            ),
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+            # the DAG files shipped with the package; the view registers by its entry point
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder()),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.root / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
@@ -206,7 +210,7 @@ class Platform:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tidemark-platform", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", default=str(REPO_ROOT / "var" / "platform"), help="state directory")
+    parser.add_argument("--root", default="var/platform", help="state directory (default %(default)s)")
     parser.add_argument("--port", type=int, default=8080, help="Airflow UI/API port on 127.0.0.1")
     parser.add_argument("--hosts", type=int, default=1000, help="source hosts the live generator simulates")
     parser.add_argument("--minutes", type=int, default=240, help="how long the live generator runs")

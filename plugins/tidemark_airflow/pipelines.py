@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidemark.config import PipelineConfig, load_config
-from tidemark.sparkenv import REPO_ROOT
 
 PIPELINES_DIR_ENV = "TIDEMARK_PIPELINES_DIR"
 
@@ -30,7 +29,8 @@ class Pipeline:
 
 
 def pipelines_dir() -> Path:
-    return Path(os.environ.get(PIPELINES_DIR_ENV) or REPO_ROOT / "pipelines")
+    """``$TIDEMARK_PIPELINES_DIR``, else ``pipelines/`` in the current directory."""
+    return Path(os.environ.get(PIPELINES_DIR_ENV) or "pipelines")
 
 
 def configured_pipelines() -> list[Pipeline]:
@@ -55,8 +55,11 @@ def load_pipeline(config_path: str) -> Pipeline:
 
 
 def entrypoint(name: str) -> str:
-    """The spark-submit application for a Tidemark job (``stream_job`` or ``reconcile_job``)."""
-    return str(REPO_ROOT / "spark_jobs" / "entrypoints" / f"{name}.py")
+    """The spark-submit application of a Tidemark job (``stream_job``, ``reconcile_job``,
+    ``quality_job``), shipped inside the installed package."""
+    from tidemark.resources import entrypoint as shipped
+
+    return str(shipped(name))
 
 
 def reconciled_asset(pipeline: str):

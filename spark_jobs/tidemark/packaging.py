@@ -25,14 +25,11 @@ from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
 
+from tidemark.resources import JOBS, dist_dir, entrypoint
+
 PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_DIR.parents[1]
-ENTRYPOINTS_DIR = REPO_ROOT / "spark_jobs" / "entrypoints"
 _ZIP_TIME = (2000, 1, 1, 0, 0, 0)
-
-
-def dist_dir() -> Path:
-    return Path(os.environ.get("TIDEMARK_DIST_DIR", REPO_ROOT / "var" / "dist"))
+__all__ = ["code_archive", "dist_dir", "spark_submit_command", "submit_env"]
 
 
 def _archive_bytes() -> bytes:
@@ -88,7 +85,7 @@ def spark_submit_command(
     archive: Path | None = None,
     conf: dict[str, str] | None = None,
 ) -> list[str]:
-    """``spark-submit`` for ``job`` (a path, or a name under spark_jobs/entrypoints).
+    """``spark-submit`` for ``job`` (a path, or the name of a shipped job: ``stream_job.py``, ...).
 
     Client deploy mode: the driver runs here (Python applications cannot use cluster mode on a
     standalone master); the executors get the jars from the cache and the code archive.
@@ -96,10 +93,10 @@ def spark_submit_command(
     from tidemark.sparkenv import cached_jars, jvm_conf
 
     script = Path(job)
-    if not script.is_file() and (ENTRYPOINTS_DIR / script.name).is_file():
-        script = ENTRYPOINTS_DIR / script.name
+    if not script.is_file() and script.stem in JOBS and script.name in (script.stem, f"{script.stem}.py"):
+        script = entrypoint(script.stem)
     if not script.is_file():
-        raise FileNotFoundError(f"spark job {job}: no such file (nor in {ENTRYPOINTS_DIR})")
+        raise FileNotFoundError(f"spark job {job}: no such file (nor a shipped job: {', '.join(JOBS)})")
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master",
@@ -116,11 +113,18 @@ def spark_submit_command(
     return [*command, str(script), *job_args]
 
 
-def submit_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for spark-submit: driver and executors run this Python unless told otherwise."""
+def submit_env(base: dict[str, str] | None = None, master: str | None = None) -> dict[str, str]:
+    """The environment for spark-submit: the driver runs this Python unless told otherwise.
+
+    Executors on a cluster run the Python their configuration names (``spark.pyspark.python``,
+    e.g. in the pipeline's ``spark.conf`` or ``--conf``; else the workers' ``PYSPARK_PYTHON`` or
+    ``python3``): this machine's interpreter path means nothing on a worker. Only a local master
+    (``local[...]``, executors in this process tree) gets this Python for them too.
+    """
     env = dict(os.environ if base is None else base)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master is None or master.startswith("local"):
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
     return env
 
 
@@ -147,7 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Arguments after `--` go to the job. Example: "
         "submit stream_job.py --master spark://127.0.0.1:7077 -- --config F --once",
     )
-    submit.add_argument("job", help="script, or a name in spark_jobs/entrypoints (stream_job.py, ...)")
+    submit.add_argument(
+        "job", help="script, or a shipped job (stream_job.py, reconcile_job.py, quality_job.py)"
+    )
     submit.add_argument(
         "--master",
         default=os.environ.get("TIDEMARK_SPARK_MASTER", "spark://127.0.0.1:7077"),
@@ -171,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
-    return subprocess.call(command, env=submit_env())
+    return subprocess.call(command, env=submit_env(master=args.master))
 
 
 if __name__ == "__main__":

@@ -245,9 +245,10 @@ class SuiteSpec:
 
 
 def suites_dir() -> Path:
-    """``$TIDEMARK_EXPECTATIONS_DIR`` or the repository's ``expectations/``."""
-    env = os.environ.get("TIDEMARK_EXPECTATIONS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "expectations"
+    """``$TIDEMARK_EXPECTATIONS_DIR`` or the suites shipped with the package (``expectations/``)."""
+    from tidemark.resources import suites_dir as _suites_dir
+
+    return _suites_dir()
 
 
 def load_suites(directory: str | os.PathLike[str] | None = None) -> list[SuiteSpec]:

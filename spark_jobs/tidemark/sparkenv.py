@@ -1,7 +1,8 @@
 """Build the SparkSession every Tidemark job uses.
 
 Jars come from the local cache that ``scripts/setup.sh`` fills once from Maven Central
-(``TIDEMARK_JARS_DIR``, default ``<repo>/.cache/jars``), so a job never touches the network.
+(``TIDEMARK_JARS_DIR``, default ``<venv>/share/tidemark/jars``: :mod:`tidemark.resources`), so a
+job never touches the network.
 Heavy imports stay inside functions: importing this module does not start a JVM.
 """
 
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # tidemark-udf: the record parser's JVM fast path, compiled by set-up (spark_jobs/jvm).
 REQUIRED_JAR_PREFIXES = ("delta-spark_", "delta-storage-", "tidemark-udf")
 KAFKA_JAR_PREFIXES = (
@@ -31,7 +31,10 @@ class SetupError(RuntimeError):
 
 
 def jars_dir() -> Path:
-    return Path(os.environ.get("TIDEMARK_JARS_DIR", REPO_ROOT / ".cache" / "jars"))
+    """The JVM jar cache (see :func:`tidemark.resources.jars_dir`)."""
+    from tidemark.resources import jars_dir as _jars_dir
+
+    return _jars_dir()
 
 
 def cached_jars(
@@ -44,7 +47,8 @@ def cached_jars(
     if missing:
         raise SetupError(
             f"jar cache {folder} lacks {', '.join(p.rstrip('_-') for p in missing)}: "
-            "run `make setup` (scripts/setup.sh) once with network access"
+            "run `make setup` (scripts/setup.sh) once with network access, or set TIDEMARK_JARS_DIR to a "
+            "jar cache it made"
         )
     return [j for j in found if j.name.startswith(prefixes)]
 

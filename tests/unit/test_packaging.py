@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tidemark import packaging
+from tidemark.resources import entrypoint
 from tidemark.sparkenv import ships_code
 
 
@@ -65,9 +66,29 @@ def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path):
         "spark.executor.memory=1g",
     ]
     assert any(Path(j).name == "tidemark-udf.jar" for j in jars)
-    assert command[-3:] == [str(packaging.ENTRYPOINTS_DIR / "stream_job.py"), "--config", "c.yaml"]
+    assert command[-3:] == [str(entrypoint("stream_job")), "--config", "c.yaml"]
 
 
 def test_submit_refuses_an_unknown_job_with_one_line(capsys):
     assert packaging.main(["submit", "no_such_job.py", "--dry-run"]) == 2
     assert capsys.readouterr().err.startswith("tidemark: error: spark job no_such_job.py: no such file")
+
+
+def test_executors_on_a_cluster_get_the_python_their_configuration_names():
+    import sys
+
+    cluster = packaging.submit_env({"PATH": "/usr/bin"}, master="spark://10.0.0.5:7077")
+    assert "PYSPARK_PYTHON" not in cluster  # spark.pyspark.python or the workers' own decide
+    assert cluster["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    local = packaging.submit_env({"PATH": "/usr/bin"}, master="local[2]")
+    assert local["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_shipped_jobs_are_found_in_the_package_not_the_checkout():
+    import tidemark
+
+    package = Path(tidemark.__file__).resolve().parent
+    for job in ("stream_job", "reconcile_job", "quality_job"):
+        assert entrypoint(job).resolve().parent == package / "jobs"
+    with pytest.raises(ValueError, match="unknown spark job"):
+        entrypoint("no_such_job")

@@ -1,0 +1,7 @@
+"""spark-submit entrypoints: thin scripts that run one ``tidemark`` command in the driver.
+
+``stream_job.py`` (``tidemark stream``), ``reconcile_job.py`` (``tidemark reconcile``) and
+``quality_job.py`` (``tidemark report --validate --spark``). They ship inside the package, so an
+installed wheel finds them with :func:`tidemark.resources.entrypoint` (a real file path for
+spark-submit), never through a checkout's layout.
+"""

@@ -1,0 +1,70 @@
+"""Where Tidemark finds its files: inside the installed package, or where the environment says.
+
+Nothing here depends on a checkout's layout. The spark-submit entrypoints (``tidemark.jobs``), the
+Great Expectations suites (``tidemark.expectations``, from the repository's ``expectations/``) and
+the record parser's Java source (``tidemark.jvm``, from ``spark_jobs/jvm``) are package data,
+found with :mod:`importlib.resources`: the same call works from an editable install of the
+checkout and from a wheel in any virtualenv.
+
+Machine state lives outside the package, each with an environment override:
+
+* the JVM jar cache (Delta, Kafka connector, the compiled record parser): ``$TIDEMARK_JARS_DIR``,
+  else ``<sys.prefix>/share/tidemark/jars`` (the virtualenv's own data directory; ``make setup``
+  links it to the checkout's ``.cache/jars``);
+* the code archives shipped to executors: ``$TIDEMARK_DIST_DIR``, else
+  ``$XDG_CACHE_HOME/tidemark/dist`` (``~/.cache/tidemark/dist``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+JOBS = ("stream_job", "reconcile_job", "quality_job")
+
+
+def _directory(package: str) -> Path:
+    """The on-disk directory of a package's data (wheels install unzipped; a zipped install is
+    refused with the reason rather than failing later in spark-submit)."""
+    path = Path(str(files(package)))
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"package data {package} is not a directory on disk ({path}); install tidemark unzipped"
+        )
+    return path
+
+
+def entrypoint(name: str) -> Path:
+    """The spark-submit script of a job (``stream_job``, ``reconcile_job``, ``quality_job``)."""
+    stem = name.removesuffix(".py")
+    if stem not in JOBS:
+        raise ValueError(f"unknown spark job {name!r}; one of {', '.join(JOBS)}")
+    return _directory("tidemark.jobs") / f"{stem}.py"
+
+
+def suites_dir() -> Path:
+    """``$TIDEMARK_EXPECTATIONS_DIR`` or the suites shipped with the package."""
+    env = os.environ.get("TIDEMARK_EXPECTATIONS_DIR")
+    return Path(env) if env else _directory("tidemark.expectations")
+
+
+def java_sources() -> list[Path]:
+    """The record parser's Java sources shipped with the package (compiled by set-up)."""
+    return sorted(_directory("tidemark.jvm").rglob("*.java"))
+
+
+def jars_dir() -> Path:
+    """``$TIDEMARK_JARS_DIR``, else ``<sys.prefix>/share/tidemark/jars``."""
+    env = os.environ.get("TIDEMARK_JARS_DIR")
+    return Path(env) if env else Path(sys.prefix) / "share" / "tidemark" / "jars"
+
+
+def dist_dir() -> Path:
+    """``$TIDEMARK_DIST_DIR``, else ``$XDG_CACHE_HOME/tidemark/dist`` (``~/.cache`` by default)."""
+    env = os.environ.get("TIDEMARK_DIST_DIR")
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "tidemark" / "dist"
