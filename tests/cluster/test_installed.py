@@ -1,0 +1,218 @@
+"""The package as a deployer gets it: a wheel in a fresh virtualenv, run from a directory that is
+not a checkout. It carries its spark-submit jobs, GX suites, Java source, Airflow side and DAG
+files (tidemark.resources); nothing may come from this repository at run time.
+
+From there: ``tidemark demo`` (small), ``tidemark reconcile`` through spark-submit on the
+standalone cluster with the executors' Python set by ``spark.pyspark.python``, and the
+reconciliation DAG with ``airflow dags test`` from a DAGs folder holding only the DAG files. The
+only thing shared with the checkout is the machine's JVM jar cache (``TIDEMARK_JARS_DIR``), which
+set-up fills from Maven Central and which no wheel carries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tidemark.resources import jars_dir
+from tidemark.timeutil import format_instant_ms, parse_instant_ms
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+START, END = "2025-11-22T10:00:00Z", "2025-11-22T10:02:00Z"  # the demo scenario's first two windows
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(venv python, a work directory outside the checkout, seconds to build and install)."""
+    root = tmp_path_factory.mktemp("installed")
+    began = time.monotonic()
+    dist = root / "dist"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(REPO),
+        ],
+        check=True,
+        cwd=root,
+    )
+    shutil.rmtree(REPO / "build", ignore_errors=True)  # setuptools' in-tree build directory
+    [wheel] = dist.glob("tidemark-*.whl")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # requirements.txt is the runtime lock; pip takes no extras in a constraints file
+    constraints = root / "constraints.txt"
+    constraints.write_text(re.sub(r"\[[a-z,]+\]", "", (REPO / "requirements.txt").read_text()))
+    python = str(venv / "bin" / "python")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", f"{wheel}[airflow]", "-c", str(constraints)],
+        check=True,
+        cwd=root,
+    )
+    subprocess.run([python, "-m", "pip", "check"], check=True, cwd=root)
+    work = root / "work"
+    work.mkdir()
+    return python, work, round(time.monotonic() - began, 1)
+
+
+def _env(work: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIDEMARK", "PYSPARK"))}
+    env.pop("PYTHONPATH", None)
+    return {
+        **env,
+        "TIDEMARK_JARS_DIR": str(jars_dir()),
+        "HOME": str(work),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        **extra,
+    }
+
+
+def _run(args: list[str], work: Path, timeout: float = 900, **env: str) -> str:
+    done = subprocess.run(
+        args, cwd=work, env=_env(work, **env), capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, f"{' '.join(args[:4])} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    return done.stdout + done.stderr
+
+
+def _reconciled(python: str, work: Path, config: Path) -> dict[str, list]:
+    code = (
+        "import json,sys; from tidemark.config import load_config; from tidemark import tables as T;"
+        "f=T.read_local(load_config(sys.argv[1]).table_path(T.RECONCILIATION));"
+        "f=f.assign(ms=T.epoch_ms(f['window_start'])).sort_values('ms');"
+        "print(json.dumps({'ms': f['ms'].astype(int).tolist(),"
+        "'batch': f['batch_events'].astype(int).tolist()}))"
+    )
+    return json.loads(_run([python, "-c", code, str(config)], work).strip().splitlines()[-1])
+
+
+def test_the_wheel_runs_the_demo_a_cluster_reconcile_and_the_dag_outside_the_checkout(installed, cluster):
+    python, work, install_s = installed
+    bin_dir = Path(python).parent
+    timings = {"build_and_install_s": install_s}
+
+    # Everything comes from the virtualenv: code, jobs, suites, Java source, Airflow side, DAG files.
+    where = _run(
+        [
+            python,
+            "-c",
+            "import json, tidemark, tidemark_airflow; from tidemark import resources as r;"
+            "from importlib.resources import files;"
+            "print(json.dumps([tidemark.__file__, tidemark_airflow.__file__,"
+            "str(r.entrypoint('reconcile_job')), str(r.suites_dir()), *map(str, r.java_sources()),"
+            "str(files('tidemark_airflow.dags'))]))",
+        ],
+        work,
+    )
+    paths = json.loads(where.strip().splitlines()[-1])
+    venv = str(Path(python).parents[1])
+    assert all(p.startswith(venv) and not p.startswith(str(REPO)) for p in paths), paths
+
+    # 1. tidemark demo (small), from the installed console script
+    began = time.monotonic()
+    out = _run(
+        [
+            str(bin_dir / "tidemark"),
+            "demo",
+            "--workdir",
+            str(work / "demo"),
+            "--hosts",
+            "200",
+            "--minutes",
+            "6",
+        ],
+        work,
+    )
+    timings["demo_s"] = round(time.monotonic() - began, 1)
+    assert "validation of demo" in out and "PASSED" in out, out[-3000:]
+    config = work / "demo" / "demo.yaml"
+    first = _reconciled(python, work, config)
+    assert len(first["ms"]) == 6
+
+    # 2. tidemark reconcile through spark-submit on the standalone cluster; executors' Python by conf
+    apps_before = {a["id"] for a in cluster.master_state()["completedapps"]}
+    began = time.monotonic()
+    _run(
+        [
+            python,
+            "-m",
+            "tidemark.packaging",
+            "submit",
+            "reconcile_job.py",
+            "--master",
+            cluster.url,
+            "--conf",
+            f"spark.pyspark.python={python}",
+            "--conf",
+            "spark.executor.memory=1g",
+            "--",
+            "--config",
+            str(config),
+            "--start",
+            START,
+            "--end",
+            END,
+        ],
+        work,
+        TIDEMARK_SPARK_LOG_LEVEL="WARN",
+    )
+    timings["cluster_reconcile_s"] = round(time.monotonic() - began, 1)
+    again = _reconciled(python, work, config)
+    assert again == first  # the hour's rows replaced by the same numbers
+    apps = [a for a in cluster.master_state()["completedapps"] if a["id"] not in apps_before]
+    assert [(a["name"], a["state"]) for a in apps] == [("tidemark-reconcile-demo", "FINISHED")], apps
+
+    # 3. The reconciliation DAG with `airflow dags test`, from a folder holding only the DAG files
+    dags, pipelines, home = work / "dags", work / "pipelines", work / "airflow"
+    for folder in (dags, pipelines, home):
+        folder.mkdir()
+    shipped = Path(paths[-1])
+    for dag_file in shipped.glob("tidemark_*.py"):
+        shutil.copy(dag_file, dags)
+    shutil.copy(config, pipelines)
+    airflow_env = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "TIDEMARK_PIPELINES_DIR": str(pipelines),
+        "AIRFLOW_CONN_TIDEMARK_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    }
+    _run([str(bin_dir / "airflow"), "db", "migrate"], work, **airflow_env)
+    began = time.monotonic()
+    out = _run(
+        [
+            str(bin_dir / "airflow"),
+            "dags",
+            "test",
+            "tidemark_reconciliation__demo",
+            "--conf",
+            json.dumps({"start": START, "end": END}),
+        ],
+        work,
+        **airflow_env,
+    )
+    timings["dags_test_s"] = round(time.monotonic() - began, 1)
+    finished = re.search(r"DagRun Finished: dag_id=tidemark_reconciliation__demo.*?state=(\w+)", out)
+    assert finished and finished.group(1) == "success", out[-4000:]
+    assert _reconciled(python, work, config) == first
+    assert format_instant_ms(parse_instant_ms(START)) in out  # the DAG reconciled the given range
+    print(f"\ninstalled package: {json.dumps(timings)}")
