@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # xdist workers for `make test` (0: one process)
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup run demo test test-fast lint format clean
+.PHONY: help setup setup-test run demo test test-fast lint format clean
 
 help:
 	@echo "make run        the platform: Airflow UI + scheduler + live generator + supervised stream (Ctrl-C stops)"
@@ -20,13 +20,17 @@ help:
 setup:
 	@scripts/setup.sh
 
+# the tests also need headless Chromium (installed with apt when missing)
+setup-test:
+	@scripts/setup.sh --browser
+
 run: setup
 	$(VENV)/python -m tidemark_airflow.launcher $(RUN_ARGS)
 
 demo: setup
 	$(VENV)/tidemark demo
 
-test: setup
+test: setup-test
 	$(VENV)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 test-fast: setup

@@ -13,6 +13,12 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; Tidemark needs Python 3.11 (set PYTHON=/path/to/python3.11)"
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
   || die "$PYTHON is $("$PYTHON" -V 2>&1); Tidemark needs Python 3.11"
+"$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 \
+  || die "$PYTHON cannot create virtual environments; install python3.11-venv (apt-get install python3.11-venv)"
+
+# --browser: also what the browser tests need (make test); make demo and make run do not need it.
+BROWSER=0
+[ "${1:-}" = "--browser" ] && BROWSER=1
 
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 command -v "$JAVA" >/dev/null 2>&1 || die "java not found; install Java 17 (e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
@@ -20,8 +26,8 @@ java_version=$("$JAVA" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')
 [ "${java_version%%.*}" = "17" ] || die "java is version ${java_version:-unknown}; Spark 4.1 here is set up for Java 17 (set JAVA_HOME to a JDK 17)"
 
 # Debian packages the tests drive: headless Chromium (UI and report screenshots). Installed only
-# when missing and only as root with apt (a developer machine may already have them).
-if [ ! -x /usr/bin/chromium ]; then
+# for the tests (--browser), when missing and only as root with apt.
+if [ "$BROWSER" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian's chromium (browser tests)"
     (apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }) \
