@@ -26,8 +26,8 @@ RUN apt-get update \
  && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* \
- && mkdir -p /opt/tidemark/var /opt/tidemark/pipelines \
- && chown -R airflow:0 /opt/tidemark
+ && mkdir -p /opt/tidemark/var /opt/tidemark/pipelines /opt/airflow/auth \
+ && chown -R airflow:0 /opt/tidemark /opt/airflow/auth
 ENV JAVA_HOME=/usr/lib/jvm/java-17
 
 USER 50000

@@ -33,7 +33,7 @@ AIRFLOW_ROLES = {
     "airflow-init": [
         "bash",
         "-c",
-        "airflow db migrate && PYTHONPATH=/opt/airflow/plugins python -m tidemark_airflow.pools",
+        "airflow db migrate && python -m tidemark_airflow.pools",
     ],
 }
 SPARK_SERVICES = {"spark-master", "spark-worker-1", "spark-worker-2"}
@@ -92,7 +92,7 @@ def _pipelines():
 
 
 def test_compose_runs_the_whole_deployment(services):
-    assert set(services) == {*AIRFLOW_ROLES, *SPARK_SERVICES, "postgres", "kafka"}
+    assert set(services) == {*AIRFLOW_ROLES, *SPARK_SERVICES, "postgres", "kafka", "kafka-init"}
 
 
 def test_every_service_has_an_image_and_the_builds_use_the_project_dockerfiles(services):
@@ -111,7 +111,7 @@ def test_every_service_has_an_image_and_the_builds_use_the_project_dockerfiles(s
 
 def test_every_long_running_service_has_a_health_check(services):
     for name, service in services.items():
-        if name == "airflow-init":  # a one-shot migration; the others wait for it to complete
+        if name in ("airflow-init", "kafka-init"):  # one-shot set-up; the others wait for it to complete
             assert service["restart"] == "no"
             continue
         check = service.get("healthcheck", {})
@@ -134,6 +134,7 @@ def test_airflow_services_run_their_role_with_the_local_executor_and_postgres(se
         assert depends["postgres"]["condition"] == "service_healthy", name
         if name != "airflow-init":
             assert depends["airflow-init"]["condition"] == "service_completed_successfully", name
+            assert depends["kafka-init"]["condition"] == "service_completed_successfully", name
     assert services["postgres"]["environment"]["POSTGRES_DB"] == "airflow"
     assert services["postgres"]["env_file"] == [".env"]
     api = services["airflow-apiserver"]
@@ -226,6 +227,10 @@ def test_example_pipelines_load_and_live_on_the_volume_every_driver_and_executor
         assert config.spark.master is None, "the master comes from the tidemark_spark connection"
         if config.source.kind == "kafka":
             assert f"PLAINTEXT://{config.source.bootstrap_servers}" == kafka["KAFKA_ADVERTISED_LISTENERS"]
+            # auto-create is off, so kafka-init creates the topic before Airflow starts a stream
+            assert kafka["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+            create = services["kafka-init"]["command"]
+            assert "--create" in create and create[create.index("--topic") + 1] == config.source.topic
         assert config.checkpoint not in checkpoints, "two pipelines share a checkpoint"
         checkpoints.add(config.checkpoint)
     assert len(checkpoints) >= 2, "show more than one pipeline"
@@ -287,6 +292,11 @@ def test_dockerfiles_match_the_pinned_stack():
     assert "-c /tmp/constraints.txt" in spark and "pyspark" in spark  # pyspark at the pinned version
     assert "scripts/jars/pom.xml" in airflow and (REPO / "scripts/jars/pom.xml").is_file()
     assert "TIDEMARK_JARS_DIR=/opt/tidemark/jars" in airflow
+    # every volume an Airflow service mounts exists in the image, owned by the airflow user
+    made = re.search(r"mkdir -p ([^\n\\]+)", airflow).group(1).split()
+    owned = re.search(r"chown -R airflow:0 ([^\n\\]+)", airflow).group(1).split()
+    for target in ("/opt/airflow/auth", "/opt/tidemark/var"):
+        assert target in made and any(PurePosixPath(target).is_relative_to(p) for p in owned), target
     for text in (airflow, spark):  # every COPY source exists in the build context and is not ignored
         for source in re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+) \S+$", text, re.M):
             for item in source.split():
