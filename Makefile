@@ -20,9 +20,9 @@ help:
 setup:
 	@scripts/setup.sh
 
-# the tests also need headless Chromium (installed with apt when missing)
+# the tests also drive headless Chromium and docker-compose (installed with apt when missing)
 setup-test:
-	@scripts/setup.sh --browser
+	@scripts/setup.sh --test-tools
 
 run: setup
 	$(VENV)/python -m tidemark_airflow.launcher $(RUN_ARGS)

@@ -16,25 +16,32 @@ command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; Tidemark needs P
 "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 \
   || die "$PYTHON cannot create virtual environments; install python3.11-venv (apt-get install python3.11-venv)"
 
-# --browser: also what the browser tests need (make test); make demo and make run do not need it.
-BROWSER=0
-[ "${1:-}" = "--browser" ] && BROWSER=1
+# --test-tools: also the Debian packages the tests drive (make test); make demo and make run do not
+# need them.
+TEST_TOOLS=0
+[ "${1:-}" = "--test-tools" ] && TEST_TOOLS=1
 
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 command -v "$JAVA" >/dev/null 2>&1 || die "java not found; install Java 17 (e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
 java_version=$("$JAVA" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')
 [ "${java_version%%.*}" = "17" ] || die "java is version ${java_version:-unknown}; Spark 4.1 here is set up for Java 17 (set JAVA_HOME to a JDK 17)"
 
-# Debian packages the tests drive: headless Chromium (UI and report screenshots). Installed only
-# for the tests (--browser), when missing and only as root with apt.
-if [ "$BROWSER" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+# Debian packages the tests drive, installed only for the tests (--test-tools), when missing and
+# only as root with apt: headless Chromium (UI and report screenshots) and docker-compose (v1; it
+# validates docker/docker-compose.yml against the Compose specification without a Docker engine).
+apt_install() {  # package, the file it provides, what for
+  [ -x "$2" ] && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing Debian's chromium (browser tests)"
-    (apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }) \
-      || die "apt-get install chromium failed; browser tests need /usr/bin/chromium"
+    say "installing Debian's $1 ($3)"
+    (apt-get install -y -q "$1" >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q "$1" >/dev/null; }) \
+      || die "apt-get install $1 failed; $3 need $2"
   else
-    die "/usr/bin/chromium not found; install Debian's chromium package (browser tests need it)"
+    die "$2 not found; install Debian's $1 package ($3 need it)"
   fi
+}
+if [ "$TEST_TOOLS" = 1 ]; then
+  apt_install chromium /usr/bin/chromium "browser tests"
+  apt_install docker-compose /usr/bin/docker-compose "the compose file's validation tests"
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -313,3 +313,29 @@ def test_dockerfiles_match_the_pinned_stack():
         "!dags/*.py",
     ):
         assert needed in ignore
+
+
+def test_the_compose_file_is_valid_by_the_compose_specification(tmp_path):
+    """docker-compose (Debian's v1, installed by set-up's --test-tools) validates the file against
+    the Compose specification without a Docker engine; a misspelt key must fail it."""
+    compose = shutil.which("docker-compose") or "/usr/bin/docker-compose"
+    copy = tmp_path / "docker"
+    shutil.copytree(DOCKER, copy, ignore=shutil.ignore_patterns(".env"))
+    (copy / ".env").write_text((DOCKER / ".env.example").read_text())  # what a deployer starts from
+
+    def check() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [compose, "-f", str(copy / "docker-compose.yml"), "config", "-q"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    done = check()
+    assert done.returncode == 0, done.stderr
+    text = (copy / "docker-compose.yml").read_text()
+    misspelt = re.sub(r"^  kafka-init:\n", "  kafka-init:\n    restartt: 'no'\n", text, count=1, flags=re.M)
+    (copy / "docker-compose.yml").write_text(misspelt)
+    broken = check()
+    assert broken.returncode != 0 and "restartt" in broken.stderr
