@@ -1,7 +1,7 @@
 """What time range a reconciliation run covers.
 
 * **Scheduled, catchup and backfill runs** carry the hour as their data interval: the DAGs use
-  ``CronDataIntervalTimetable("0 * * * *")`` (:data:`RECONCILE_SCHEDULE`), so the run for the
+  ``CronDataIntervalTimetable("0 * * * *")`` (:data:`RECONCILE_CRON`), so the run for the
   hour ``[10:00, 11:00)`` is created after 11:00 and its data interval is exactly that hour.
 * **A manual run with the ``start``/``end`` params** reconciles that range.
 * **A manual run without params** reconciles the last complete hour before the run was triggered

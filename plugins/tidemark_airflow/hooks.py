@@ -78,34 +78,31 @@ class StreamProcessHook(BaseHook):
         self.process = process
         return process.pid
 
-    def stop(self, pids: set[int], host: str | None, timeout: float = 30.0) -> bool:
-        """Stop the process groups of ``pids`` recorded on ``host``: TERM, then KILL after ``timeout``.
+    def stop(self, pid: int, host: str | None, timeout: float = 30.0) -> bool:
+        """Stop the process group of ``pid`` recorded on ``host``: TERM, then KILL after ``timeout``.
 
-        Returns whether any stopped. Raises when ``host`` is another machine: its pids are not ours.
+        Returns whether it stopped. Raises when ``host`` is another machine: its pids are not ours.
         """
         from tidemark.liveness import pid_alive
 
         local = socket.gethostname()
         if host and host != local:
             raise RuntimeError(
-                f"refusing to stop pid(s) {sorted(pids)} recorded on host {host!r}: this is {local!r}; "
+                f"refusing to stop pid(s) [{pid}] recorded on host {host!r}: this is {local!r}; "
                 "stop the job on its own host"
             )
-        stopped = False
-        for pid in pids:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(os.getpgid(pid), sig)
-                except ProcessLookupError:
-                    break
-                deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
-                while time.monotonic() < deadline and pid_alive(pid):
-                    time.sleep(0.5)
-                if not pid_alive(pid):
-                    stopped = True
-                    self.log.info("stopped the process group of pid %s", pid)
-                    break
-        return stopped
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(os.getpgid(pid), sig)
+            except ProcessLookupError:
+                return False
+            deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
+            while time.monotonic() < deadline and pid_alive(pid):
+                time.sleep(0.5)
+            if not pid_alive(pid):
+                self.log.info("stopped the process group of pid %s", pid)
+                return True
+        return False
 
     def tail(self, lines: int = 30) -> str:
         try:

@@ -252,10 +252,10 @@ def stop_stream(config, timeout: float = 30.0) -> bool:
     launch = liveness.read_json(liveness.launch_path(config)) or {}
     beat = liveness.read_json(liveness.heartbeat_path(config)) or {}
     hook = stream_hook(config)
+    recorded = {int(r["pid"]): r.get("host") for r in (launch, beat) if r.get("pid")}  # often one pid
     stopped = False
-    for record in (launch, beat):
-        if record.get("pid"):
-            stopped |= hook.stop({int(record["pid"])}, record.get("host"), timeout)
+    for pid, host in recorded.items():
+        stopped |= hook.stop(pid, host, timeout)
     return stopped
 
 

@@ -168,21 +168,23 @@ def alignment_points(rec: pd.DataFrame | None, target: float, hours: int = 24) -
 
 def load_dashboard(config: PipelineConfig, now: int | None = None) -> Dashboard:
     """Read everything the dashboard draws (delta-rs only; tens of milliseconds for small tables)."""
+    from deltalake import DeltaTable
+
+    from tidemark.report import _read as read
     from tidemark.status import host_progress, read_status
     from tidemark.watermark import read_hosts_file
 
     now = now if now is not None else now_ms()
-
-    def read(table: str) -> pd.DataFrame | None:
-        path = config.table_path(table)
-        return T.read_local(path) if T.table_exists(path) else None
-
-    marks = read(T.WATERMARKS)
-    marker = None
-    if marks is not None and not marks.empty:
-        marker = T.latest_marker(config.table_path(T.WATERMARKS))
-    status = read_status(config, now, marker=marker) if marker is not None else None
+    path = config.table_path(T.WATERMARKS)
+    arrow = DeltaTable(path).to_pyarrow_table() if T.table_exists(path) else None  # read once
+    marks = arrow.to_pandas() if arrow is not None else None
+    marker = T.newest_row(arrow) if arrow is not None else None
     hosts, progress = host_progress(config, marker)
+    status = (
+        read_status(config, now, marker=marker, hosts_progress=(hosts, progress))
+        if marker is not None
+        else None
+    )
     if config.watermark.hosts_file:
         expected = set(read_hosts_file(config.watermark.hosts_file))
         keep = np.fromiter((h in expected for h in hosts), dtype=bool, count=len(hosts))
@@ -195,10 +197,10 @@ def load_dashboard(config: PipelineConfig, now: int | None = None) -> Dashboard:
         target=float(config.reconcile.target),
         status=status,
         watermarks=watermark_points(marks, since),
-        stalls=[(s, e) for s, e in stall_spans(marks, read(T.STALLS)) if e >= since],
+        stalls=[(s, e) for s, e in stall_spans(marks, read(config, T.STALLS)) if e >= since],
         lag_bins=lag_histogram(progress, frontier),
         never_reported=max(0, int(never)),
-        alignment=alignment_points(read(T.RECONCILIATION), float(config.reconcile.target)),
+        alignment=alignment_points(read(config, T.RECONCILIATION), float(config.reconcile.target)),
     )
 
 

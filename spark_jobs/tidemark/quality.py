@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark import tables as T
 from tidemark.config import ConfigError, PipelineConfig
+from tidemark.resources import suites_dir
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
@@ -242,13 +243,6 @@ class SuiteSpec:
         """The suite JSON without expectations that do not apply to ``mode``."""
         kept = [e for e in self.data["expectations"] if mode in e.get("meta", {}).get("modes", [mode])]
         return {**self.data, "expectations": kept}
-
-
-def suites_dir() -> Path:
-    """``$TIDEMARK_EXPECTATIONS_DIR`` or the suites shipped with the package (``expectations/``)."""
-    from tidemark.resources import suites_dir as _suites_dir
-
-    return _suites_dir()
 
 
 def load_suites(directory: str | os.PathLike[str] | None = None) -> list[SuiteSpec]:

@@ -89,12 +89,18 @@ def host_progress(config: PipelineConfig, marker: dict | None) -> tuple[np.ndarr
     return frame["host"].to_numpy(), frame["progress_ms"].to_numpy(dtype="int64")
 
 
-def read_status(config: PipelineConfig, now: int | None = None, marker: dict | None = None) -> PipelineStatus:
-    """The pipeline's watermark status at ``now``, from ``marker`` (default: the newest committed one)."""
+def read_status(
+    config: PipelineConfig,
+    now: int | None = None,
+    marker: dict | None = None,
+    hosts_progress: tuple[np.ndarray, np.ndarray] | None = None,
+) -> PipelineStatus:
+    """The pipeline's watermark status at ``now``, from ``marker`` (default: the newest committed one)
+    and the host progress it points at (``hosts_progress`` when the caller has read it already)."""
     marker = marker if marker is not None else latest_marker(config)
     wm_cfg = config.watermark
     expected = read_hosts_file(wm_cfg.hosts_file) if wm_cfg.hosts_file else None
-    hosts, progress = host_progress(config, marker)
+    hosts, progress = hosts_progress if hosts_progress is not None else host_progress(config, marker)
     status = evaluate_status(
         hosts,
         progress,

@@ -306,6 +306,14 @@ def latest_marker(path: str, max_batch: int | None = None) -> dict | None:
     table = DeltaTable(path).to_pyarrow_table()
     if max_batch is not None:
         table = table.filter(pc.less_equal(table["batch_id"], max_batch))
+    return newest_row(table)
+
+
+def newest_row(table: pa.Table) -> dict | None:
+    """The row of an Arrow ``watermarks`` table with the largest ``batch_id``, as plain Python
+    values; None when it is empty."""
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
         return None
     index = pc.index(table["batch_id"], pc.max(table["batch_id"])).as_py()
