@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compile the record parser's JVM fast path (spark_jobs/jvm) into <jars-dir>/tidemark-udf.jar,
 # against the Spark jars of the given Python's pyspark. Skipped when the jar is newer than a
-# change of its source (a stamp holds the source's hash). Needs a JDK 17 (javac, jar).
+# change of its source (a stamp holds the source's hash). Needs a JDK 17 or 21 (javac, jar); the classes target Java 17 and run on both.
 #
 #   scripts/build_udf.sh [python] [jars-dir]     (defaults: .venv/bin/python .cache/jars)
 set -euo pipefail
@@ -22,7 +22,7 @@ if [ -f "$jar_file" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
 fi
 JAVAC=${JAVA_HOME:+$JAVA_HOME/bin/}javac
 JAR=${JAVA_HOME:+$JAVA_HOME/bin/}jar
-command -v "$JAVAC" >/dev/null 2>&1 || die "javac not found; the record parser needs a JDK 17 (apt-get install openjdk-17-jdk-headless) or JAVA_HOME"
+command -v "$JAVAC" >/dev/null 2>&1 || die "javac not found; the record parser needs a JDK 17 or 21 with javac (apt-get install openjdk-17-jdk-headless) or JAVA_HOME"
 spark_jars=$("$PYTHON" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))') \
   || die "$PYTHON cannot import pyspark"
 echo "build_udf: compiling the record parser (spark_jobs/jvm) into $jar_file"

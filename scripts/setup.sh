@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-time set-up: Python 3.11 venv with the pinned requirements, Java 17 check, JVM jars cached
+# One-time set-up: Python 3.11 venv with the pinned requirements, Java 17 or 21 check, JVM jars cached
 # under .cache/jars (from Maven Central through the machine's Maven) beside the record parser's
 # fast path, compiled here with the JDK's javac (scripts/build_udf.sh). Re-running is cheap: each
 # step is skipped when its inputs have not changed. After it, jobs and tests need no network.
@@ -22,9 +22,13 @@ TEST_TOOLS=0
 [ "${1:-}" = "--test-tools" ] && TEST_TOOLS=1
 
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
-command -v "$JAVA" >/dev/null 2>&1 || die "java not found; install Java 17 (e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
+command -v "$JAVA" >/dev/null 2>&1 || die "java not found; install Java 17 or 21 (e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
 java_version=$("$JAVA" -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')
-[ "${java_version%%.*}" = "17" ] || die "java is version ${java_version:-unknown}; Spark 4.1 here is set up for Java 17 (set JAVA_HOME to a JDK 17)"
+case "${java_version%%.*}" in
+  17|21) ;;
+  *) die "java is version ${java_version:-unknown}; Spark 4.1 runs on Java 17 or 21 (set JAVA_HOME to a JDK 17 or 21)" ;;
+esac
+say "java $java_version (${JAVA_HOME:-java on PATH})"
 
 # Debian packages the tests drive, installed only for the tests (--test-tools), when missing and
 # only as root with apt: headless Chromium (UI and report screenshots) and docker-compose (v1; it
@@ -42,6 +46,7 @@ apt_install() {  # package, the file it provides, what for
 if [ "$TEST_TOOLS" = 1 ]; then
   apt_install chromium /usr/bin/chromium "browser tests"
   apt_install docker-compose /usr/bin/docker-compose "the compose file's validation tests"
+  apt_install patchelf /usr/bin/patchelf "the Java 21 tests (scripts/java21.sh)"
 fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -59,6 +64,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 else
   say "requirements up to date"
+fi
+
+# The second Java the tests run Spark on (tests/spark/test_java_versions.py): Debian's OpenJDK 21
+# unpacked under .cache/java21 with its own glibc (scripts/java21.sh says why and how).
+if [ "$TEST_TOOLS" = 1 ]; then
+  scripts/java21.sh >/dev/null
 fi
 
 # The venv's jar cache (tidemark.resources.jars_dir: <venv>/share/tidemark/jars) is the checkout's

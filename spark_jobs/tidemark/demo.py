@@ -36,6 +36,7 @@ def write_demo_config(workdir: Path, files_per_batch: int) -> Path:
 def run_demo(args, scenario: Scenario, echo=print) -> int:
     from tidemark.cli import _session
     from tidemark.reconcile import reconcile
+    from tidemark.sparkenv import runtime_line
     from tidemark.status import read_status
     from tidemark.stream import run_stream
 
@@ -57,6 +58,7 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
 
     echo(f"== 2/3 stream ({args.files_per_batch} files per micro-batch)")
     spark = _session(config, "demo")
+    echo(f"   {runtime_line(spark)}")
     processor = run_stream(spark, config, once=True, echo=lambda m: echo("   " + m))
     batches = [s for s in processor.summaries if not s.skipped]
 

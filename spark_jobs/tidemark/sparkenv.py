@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidemark.resources import jars_dir
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -28,13 +30,6 @@ KAFKA_JAR_PREFIXES = (
 
 class SetupError(RuntimeError):
     """The machine is missing something set-up should have provided."""
-
-
-def jars_dir() -> Path:
-    """The JVM jar cache (see :func:`tidemark.resources.jars_dir`)."""
-    from tidemark.resources import jars_dir as _jars_dir
-
-    return _jars_dir()
 
 
 def cached_jars(
@@ -150,6 +145,12 @@ def build_session(
         context.addPyFile(str(code_archive()))
     session.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+def runtime_line(spark: SparkSession) -> str:
+    """``Spark 4.1.3 on Java 21.0.8 (local[2])``: what the job really runs on, for its first line."""
+    java = spark.sql("SELECT reflect('java.lang.System', 'getProperty', 'java.version')").first()[0]
+    return f"Spark {spark.version} on Java {java} ({spark.sparkContext.master})"
 
 
 def ships_code(master: str, py_files: str = "") -> bool:
