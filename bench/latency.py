@@ -43,6 +43,7 @@ from benchlib import (
     session,
 )
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.generator import generate_live
 from tidemark.stream import start_stream
@@ -154,8 +155,8 @@ def main() -> None:
     rows = []
     for (label, s, root, _), config in zip(runs, configs, strict=True):
         ends, commits = np.array([]), np.array([])
-        if T.table_exists(config.table_path(T.WINDOWS)):
-            windows = T.read_local(config.table_path(T.WINDOWS))
+        if T.table_exists(config.table_path(S.WINDOWS)):
+            windows = T.read_local(config.table_path(S.WINDOWS))
             end, commit = T.epoch_ms(windows["window_end"]), T.epoch_ms(windows["committed_at"])
             per = windows.assign(end=end, commit=commit).groupby("end")["commit"].max()
             ends, commits = per.index.to_numpy(), per.to_numpy()

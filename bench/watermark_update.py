@@ -16,13 +16,12 @@ import time
 import numpy as np
 import pandas as pd
 
-from tidemark.stream import _merge_progress
-from tidemark.watermark import evaluate_status, precise_watermark
+from tidemark.watermark import evaluate_status, merge_progress, precise_watermark
 
 
 def one_update(progress: pd.DataFrame, batch: pd.DataFrame, q: str) -> tuple[float, float, float]:
     t0 = time.perf_counter()
-    merged = _merge_progress(progress, batch, 1)
+    merged = merge_progress(progress, batch, 1)
     t1 = time.perf_counter()
     values = merged["progress_ms"].to_numpy(dtype=np.int64)
     wm = precise_watermark(values, q)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
 from tidemark.timeutil import format_instant_ms
@@ -13,7 +14,7 @@ def reconciliation_rows(config: PipelineConfig, start_ms: int | None = None, end
     """Rows of the ``reconciliation`` table (pandas), optionally those with start <= window_start < end."""
     import pandas as pd
 
-    path = config.table_path(T.RECONCILIATION)
+    path = config.table_path(S.RECONCILIATION)
     if not T.table_exists(path):
         return pd.DataFrame()
     frame = T.read_local(path)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tidemark import schemas as S
 from tidemark.config import ConfigError, PipelineConfig, load_config
 from tidemark.timeutil import format_instant_ms, parse_instant_ms
 
@@ -238,7 +239,7 @@ def cmd_stream(args) -> int:
 
         check_reset(config)
     else:
-        from tidemark.tables import check_identity
+        from tidemark.identity import check_identity
 
         check_identity(config)
     spark = _session(config, "stream")
@@ -253,7 +254,7 @@ def _default_range(spark, config: PipelineConfig) -> tuple[int, int]:
 
     from tidemark import tables as T
 
-    path = config.table_path(T.WINDOWS)
+    path = config.table_path(S.WINDOWS)
     if not T.table_exists(path):
         raise ConfigError(f"reconcile: no windows table at {path} yet; give --start and --end")
     row = (
@@ -609,8 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tidemark: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # one line for known set-up problems; tracebacks for the rest
+        from tidemark.identity import IdentityError
         from tidemark.sparkenv import SetupError
-        from tidemark.tables import IdentityError
 
         if isinstance(exc, (SetupError, IdentityError)):
             print(f"tidemark: error: {exc}", file=sys.stderr)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.report import LEFT, RIGHT, STALL_COLOR, WIDTH, _e, _Plot
 from tidemark.timeutil import format_instant_ms, now_ms
@@ -170,12 +171,12 @@ def load_dashboard(config: PipelineConfig, now: int | None = None) -> Dashboard:
     """Read everything the dashboard draws (delta-rs only; tens of milliseconds for small tables)."""
     from deltalake import DeltaTable
 
+    from tidemark.hosts import read_hosts_file
     from tidemark.report import _read as read
     from tidemark.status import host_progress, read_status
-    from tidemark.watermark import read_hosts_file
 
     now = now if now is not None else now_ms()
-    path = config.table_path(T.WATERMARKS)
+    path = config.table_path(S.WATERMARKS)
     arrow = DeltaTable(path).to_pyarrow_table() if T.table_exists(path) else None  # read once
     marks = arrow.to_pandas() if arrow is not None else None
     marker = T.newest_row(arrow) if arrow is not None else None
@@ -197,10 +198,10 @@ def load_dashboard(config: PipelineConfig, now: int | None = None) -> Dashboard:
         target=float(config.reconcile.target),
         status=status,
         watermarks=watermark_points(marks, since),
-        stalls=[(s, e) for s, e in stall_spans(marks, read(config, T.STALLS)) if e >= since],
+        stalls=[(s, e) for s, e in stall_spans(marks, read(config, S.STALLS)) if e >= since],
         lag_bins=lag_histogram(progress, frontier),
         never_reported=max(0, int(never)),
-        alignment=alignment_points(read(config, T.RECONCILIATION), float(config.reconcile.target)),
+        alignment=alignment_points(read(config, S.RECONCILIATION), float(config.reconcile.target)),
     )
 
 

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import ConfigError, PipelineConfig
 from tidemark.resources import suites_dir
@@ -506,9 +507,9 @@ def events_frame_local(
     import pandas as pd
     import pyarrow.dataset as ds
 
-    path = config.table_path(T.EVENTS)
+    path = config.table_path(S.EVENTS)
     if not T.table_exists(path):
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in [*T.EVENT_COLUMNS, "arrival_lead_ms"]})
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in [*S.EVENT_COLUMNS, "arrival_lead_ms"]})
     from deltalake import DeltaTable
 
     dataset = DeltaTable(path).to_pyarrow_dataset()
@@ -535,7 +536,7 @@ def events_frame_spark(
     """The same rows as :func:`events_frame_local`, as a Spark DataFrame; None without a table."""
     from pyspark.sql import functions as F
 
-    path = config.table_path(T.EVENTS)
+    path = config.table_path(S.EVENTS)
     if not T.table_exists(path):
         return None
     frame = T.read_table(spark, path)
@@ -689,8 +690,8 @@ def validate_pipeline(
     specs = load_suites()
     params = suite_parameters(config, specs, thresholds)
 
-    markers = _read(config, T.WATERMARKS)
-    stalls = _read(config, T.STALLS)
+    markers = _read(config, S.WATERMARKS)
+    stalls = _read(config, S.STALLS)
     frames: dict[str, tuple[str, Any, int]] = {}
     raw_engine = "pandas"
     spark_events = events_frame_spark(spark, config, start_ms, end_ms) if spark is not None else None
@@ -704,8 +705,8 @@ def validate_pipeline(
     batches = batches_in_range(markers, start_ms, end_ms) if markers is not None else None
     local_frames = {
         "raw_batches": raw_batches_frame(batches, int(params.get("min_batch_lines", 1))),
-        "windows": windows_frame(_read(config, T.WINDOWS), markers, config.window, start_ms, end_ms),
-        "reconciliation": reconciliation_frame(_read(config, T.RECONCILIATION), start_ms, end_ms),
+        "windows": windows_frame(_read(config, S.WINDOWS), markers, config.window, start_ms, end_ms),
+        "reconciliation": reconciliation_frame(_read(config, S.RECONCILIATION), start_ms, end_ms),
         "watermarks": watermarks_frame(markers, stalls, start_ms, end_ms),
     }
     for name, frame in local_frames.items():

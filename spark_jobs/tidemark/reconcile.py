@@ -23,23 +23,24 @@ in the ``reconciliation`` table, so re-running a range never duplicates them.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
-from tidemark.stream import is_event_col, parsed_source
+from tidemark.sources import is_event_col, parsed_source
 from tidemark.timeutil import format_instant_ms, now_ms
+from tidemark.windows import TumblingWindows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-_TS_US = pa.timestamp("us", tz="UTC")  # Spark's timestamps: UTC microseconds
 # The recompute's retry removal aggregates in at least this many partitions (see
 # :func:`recompute_windows`).
 RECOMPUTE_MIN_PARTITIONS = 16
@@ -60,6 +61,78 @@ class WindowResult:
 
 
 @dataclass(frozen=True)
+class AlignmentSummary:
+    """Closed windows measured against the alignment target: the one definition that the CLI
+    table, the report, the Airflow alerts and Asset events, and the quality step all use.
+
+    Open windows (the stream has not closed them yet) are counted, never measured. The event
+    totals and ``unexplained`` are over the closed windows; ``unexplained`` adds each window's
+    ``|batch - stream - late|``, so a record counted twice in one window cannot hide one missing
+    from another."""
+
+    target: float
+    closed: int
+    open: int
+    misaligned_ms: tuple[int, ...]  # starts of the closed windows below target, in order
+    worst_alignment: float | None
+    stream_events: int
+    batch_events: int
+    late_events: int
+    unexplained: int
+
+    @property
+    def aligned(self) -> int:
+        return self.closed - len(self.misaligned_ms)
+
+    @property
+    def share_aligned(self) -> float | None:
+        return self.aligned / self.closed if self.closed else None
+
+    @property
+    def ok(self) -> bool:
+        """Every closed window at or above target and nothing unexplained."""
+        return not self.misaligned_ms and self.unexplained == 0
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "stream_events": self.stream_events,
+            "batch_events": self.batch_events,
+            "late_events": self.late_events,
+            "unexplained": self.unexplained,
+        }
+
+
+SUMMARY_COLUMNS = [
+    "window_start_ms",
+    "status",
+    "alignment",
+    "stream_events",
+    "batch_events",
+    "late_events",
+    "unexplained",
+]
+
+
+def alignment_summary(windows: pd.DataFrame, target: float) -> AlignmentSummary:
+    """Summarise reconciled windows (one row per window: :data:`SUMMARY_COLUMNS`; ``status`` is
+    ``closed`` or ``open``, the ``reconciliation`` table's and :class:`WindowResult`'s fields)."""
+    closed = windows[windows["status"] == "closed"]
+    alignment = closed["alignment"].astype("float64")
+    below = closed[alignment < target].sort_values("window_start_ms")
+    return AlignmentSummary(
+        target=target,
+        closed=len(closed),
+        open=len(windows) - len(closed),
+        misaligned_ms=tuple(int(ms) for ms in below["window_start_ms"]),
+        worst_alignment=float(alignment.min()) if alignment.notna().any() else None,
+        stream_events=int(closed["stream_events"].sum()),
+        batch_events=int(closed["batch_events"].sum()),
+        late_events=int(closed["late_events"].sum()),
+        unexplained=int(closed["unexplained"].abs().sum()),
+    )
+
+
+@dataclass(frozen=True)
 class ReconcileReport:
     pipeline: str
     start_ms: int
@@ -72,28 +145,27 @@ class ReconcileReport:
     def closed(self) -> list[WindowResult]:
         return [w for w in self.windows if w.status == "closed"]
 
+    def summary(self) -> AlignmentSummary:
+        frame = pd.DataFrame(
+            [asdict(w) for w in self.windows], columns=[f.name for f in fields(WindowResult)]
+        )
+        return alignment_summary(frame, self.target)
+
     @property
     def misaligned(self) -> list[WindowResult]:
-        return [w for w in self.closed if not w.aligned]
+        below = set(self.summary().misaligned_ms)
+        return [w for w in self.closed if w.window_start_ms in below]
 
     @property
     def share_aligned(self) -> float | None:
-        closed = self.closed
-        return sum(1 for w in closed if w.aligned) / len(closed) if closed else None
+        return self.summary().share_aligned
 
     @property
     def worst_alignment(self) -> float | None:
-        closed = self.closed
-        return min(w.alignment for w in closed if w.alignment is not None) if closed else None
+        return self.summary().worst_alignment
 
     def totals(self) -> dict[str, int]:
-        closed = self.closed
-        return {
-            "stream_events": sum(w.stream_events for w in closed),
-            "batch_events": sum(w.batch_events for w in closed),
-            "late_events": sum(w.late_events for w in closed),
-            "unexplained": sum(w.unexplained for w in closed),
-        }
+        return self.summary().totals()
 
     def to_json(self) -> str:
         return json.dumps(
@@ -205,11 +277,11 @@ def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int
 
 def stream_watermark(config: PipelineConfig) -> int | None:
     """The stream's latest committed watermark (delta-rs read, no Spark job)."""
-    path = config.table_path(T.WATERMARKS)
-    if not T.table_exists(path):
+    marks = T.read_if_exists(config, S.WATERMARKS, ["watermark_ms"])
+    if marks is None:
         return None
-    marks = T.read_local(path)["watermark_ms"].dropna()
-    return int(marks.max()) if len(marks) else None
+    values = marks["watermark_ms"].dropna()
+    return int(values.max()) if len(values) else None
 
 
 def _per_key(config: PipelineConfig, table: str, start_ms: int, end_ms: int) -> pd.DataFrame:
@@ -224,14 +296,14 @@ def _per_key(config: PipelineConfig, table: str, start_ms: int, end_ms: int) -> 
         return pd.DataFrame({"window_start_ms": [], "key": [], "n": []}).astype(
             {"window_start_ms": "int64", "key": "object", "n": "int64"}
         )
-    in_range = (pc.field("window_start") >= pa.scalar(start_ms * 1000, _TS_US)) & (
-        pc.field("window_start") < pa.scalar(end_ms * 1000, _TS_US)
+    in_range = (pc.field("window_start") >= pa.scalar(start_ms * 1000, S.TS_US)) & (
+        pc.field("window_start") < pa.scalar(end_ms * 1000, S.TS_US)
     )
-    columns = ["window_start", "key"] + (["events"] if table == T.WINDOWS else [])
+    columns = ["window_start", "key"] + (["events"] if table == S.WINDOWS else [])
     rows = DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns, filter=in_range).to_pandas()
     rows["window_start_ms"] = T.epoch_ms(rows["window_start"]).astype("int64")
     grouped = rows.groupby(["window_start_ms", "key"], dropna=False)
-    counts = grouped["events"].sum() if table == T.WINDOWS else grouped.size()
+    counts = grouped["events"].sum() if table == S.WINDOWS else grouped.size()
     return counts.astype("int64").rename("n").reset_index()
 
 
@@ -261,8 +333,8 @@ def reconcile(
         .toPandas()
         .astype({"window_start_ms": "int64", "batch": "int64"})
     )
-    stream = _per_key(config, T.WINDOWS, start_ms, end_ms).rename(columns={"n": "stream"})
-    late = _per_key(config, T.LATE_EVENTS, start_ms, end_ms).rename(columns={"n": "late"})
+    stream = _per_key(config, S.WINDOWS, start_ms, end_ms).rename(columns={"n": "stream"})
+    late = _per_key(config, S.LATE_EVENTS, start_ms, end_ms).rename(columns={"n": "late"})
     joined = batch.merge(stream, on=["window_start_ms", "key"], how="outer").merge(
         late, on=["window_start_ms", "key"], how="outer"
     )
@@ -272,7 +344,7 @@ def reconcile(
     windows: list[WindowResult] = []
     for ws, row in zip(per_window.index.tolist(), per_window.itertuples(index=False), strict=True):
         stream_n, batch_n, late_n, diff = int(row.stream), int(row.batch), int(row.late), int(row.abs_diff)
-        closed = watermark is not None and ws + size <= watermark
+        closed = TumblingWindows(size).is_closed(ws, watermark)
         if not closed:
             alignment, aligned = None, None
         elif batch_n == 0:
@@ -301,26 +373,6 @@ def reconcile(
     return report
 
 
-RECONCILIATION_SCHEMA = pa.schema(
-    [
-        ("pipeline", pa.string()),
-        ("window_start", _TS_US),
-        ("window_end", _TS_US),
-        ("status", pa.string()),
-        ("stream_events", pa.int64()),
-        ("batch_events", pa.int64()),
-        ("late_events", pa.int64()),
-        ("abs_diff", pa.int64()),
-        ("alignment", pa.float64()),
-        ("aligned", pa.bool_()),
-        ("unexplained", pa.int64()),
-        ("target", pa.float64()),
-        ("stream_watermark", _TS_US),
-        ("reconciled_at", _TS_US),
-    ]
-)
-
-
 def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
     """Replace the range's rows in the reconciliation table (idempotent per range).
 
@@ -333,7 +385,7 @@ def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
     def micros(ms: int | None) -> int | None:
         return None if ms is None else ms * 1000
 
-    columns = {name: [getattr(w, name) for w in report.windows] for name in RECONCILED_FIELDS}
+    columns = {name: [getattr(w, name) for w in report.windows] for name in S.RECONCILED_FIELDS}
     data = pa.table(
         {
             "pipeline": [config.pipeline] * n,
@@ -344,25 +396,12 @@ def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
             "stream_watermark": [micros(report.stream_watermark_ms)] * n,
             "reconciled_at": [micros(now_ms())] * n,
         },
-        schema=RECONCILIATION_SCHEMA,
+        schema=S.RECONCILIATION_SCHEMA,
     )
-    path = config.table_path(T.RECONCILIATION)
+    path = config.table_path(S.RECONCILIATION)
     if not T.table_exists(path):
         write_deltalake(path, data, mode="append")
         return
     lo, hi = format_instant_ms(report.start_ms), format_instant_ms(report.end_ms)
     predicate = f"window_start >= '{lo}' AND window_start < '{hi}'"
     write_deltalake(path, data, mode="overwrite", predicate=predicate)
-
-
-# WindowResult fields stored as they are (the window bounds are stored as timestamps).
-RECONCILED_FIELDS = [
-    "status",
-    "stream_events",
-    "batch_events",
-    "late_events",
-    "abs_diff",
-    "alignment",
-    "aligned",
-    "unexplained",
-]

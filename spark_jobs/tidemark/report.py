@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import ConfigError, PipelineConfig
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
@@ -204,17 +205,17 @@ def load_report_data(
             f"--start ({format_instant_ms(start_ms)})"
         )
 
-    rec = _read(config, T.RECONCILIATION)
+    rec = _read(config, S.RECONCILIATION)
     if rec is None:
         raise ConfigError(
-            f"report: no reconciliation table at {config.table_path(T.RECONCILIATION)}; "
+            f"report: no reconciliation table at {config.table_path(S.RECONCILIATION)}; "
             "run `tidemark reconcile` first"
         )
     rec = rec.assign(window_start_ms=T.epoch_ms(rec["window_start"]))
     rec = rec[_in_range(rec["window_start_ms"], start_ms, end_ms)]
     closed = rec[rec["status"] == "closed"].sort_values("window_start_ms")
 
-    late = _read(config, T.LATE_EVENTS, ["host", "window_start"])
+    late = _read(config, S.LATE_EVENTS, ["host", "window_start"])
     by_window: dict[int, list[tuple[str, int]]] = {}
     if late is not None and not late.empty:
         counts = (
@@ -241,7 +242,7 @@ def load_report_data(
         for r in closed.itertuples()
     ]
 
-    marks = _read(config, T.WATERMARKS)
+    marks = _read(config, S.WATERMARKS)
     lag: list[LagPoint] = []
     stalls: list[tuple[int, int]] = []
     watermark_ms = state = None
@@ -264,7 +265,7 @@ def load_report_data(
                         int(r.frontier_ms - r.watermark_ms),
                     )
                 )
-        stalls = stall_spans(marks, _read(config, T.STALLS))
+        stalls = stall_spans(marks, _read(config, S.STALLS))
     return ReportData(
         pipeline=config.pipeline,
         target=float(config.reconcile.target),

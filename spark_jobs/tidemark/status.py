@@ -13,10 +13,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
+from tidemark.hosts import read_hosts_file
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
-from tidemark.watermark import WatermarkStatus, evaluate_status, read_hosts_file
+from tidemark.watermark import WatermarkStatus, evaluate_status
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def _lag(s: WatermarkStatus) -> int | None:
 
 
 def latest_marker(config: PipelineConfig) -> dict | None:
-    return T.latest_marker(config.table_path(T.WATERMARKS))
+    return T.latest_marker(config.table_path(S.WATERMARKS))
 
 
 def host_progress(config: PipelineConfig, marker: dict | None) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +87,7 @@ def host_progress(config: PipelineConfig, marker: dict | None) -> tuple[np.ndarr
     empty arrays before the first batch."""
     if marker is None:
         return np.array([], dtype=object), np.array([], dtype="int64")
-    frame = T.read_local(config.table_path(T.HOST_PROGRESS), int(marker["hosts_version"]))
+    frame = T.read_local(config.table_path(S.HOST_PROGRESS), int(marker["hosts_version"]))
     return frame["host"].to_numpy(), frame["progress_ms"].to_numpy(dtype="int64")
 
 

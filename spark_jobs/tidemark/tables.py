@@ -1,19 +1,4 @@
-"""The Delta tables of a pipeline, their idempotent writer, and the run identity.
-
-Layout under ``<warehouse>/<pipeline>/``:
-
-============== ==================================================================================
-events         every unique valid record (late ones too), with the batch it arrived in
-windows        closed windows: one row per (window, key), written once, with the watermark
-late_events    records whose window was already closed when they arrived
-quarantine     one row per bad line: raw text, reason, batch id, source
-watermarks     one row per committed batch: the precise watermark and host counts. Written
-               last in a batch, so a row for batch N means every write of N is committed.
-reconciliation per-window stream/batch comparison written by ``tidemark reconcile``
-_state/*       host progress and open-window partial sums, overwritten every batch; the
-               watermark row records the Delta version of each so a restart reads exactly
-               the state that batch N-1 left.
-============== ==================================================================================
+"""Reading and writing a pipeline's Delta tables (their names and schemas: :mod:`tidemark.schemas`).
 
 Every write of batch N carries Delta's ``txnAppId``/``txnVersion`` = (run identity, N): Delta skips
 a write whose version it has already committed for that app id, so a replayed batch changes
@@ -22,207 +7,24 @@ when they are large and collected to the driver when they are small; the driver'
 closed windows, state, the watermark row) are written by delta-rs (the ``deltalake`` package)
 with the same app-transaction check, which saves a Spark job and most of a second per write.
 
-The run identity lives in the checkpoint *and* beside the tables; a job whose checkpoint
-is missing or belongs to other tables refuses to start instead of skipping or repeating writes.
+Readers outside Spark (the Airflow side, the report, ``tidemark watermark``) use delta-rs:
+:func:`read_if_exists` and :func:`latest_marker`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark import faults
 from tidemark.config import PipelineConfig
-from tidemark.records import EVENT_FIELDS
-from tidemark.timeutil import format_instant_ms, now_ms
+from tidemark.identity import RunIdentity
+from tidemark.schemas import CREATE_OPTIONS
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-
-EVENTS = "events"
-WINDOWS = "windows"
-LATE_EVENTS = "late_events"
-QUARANTINE = "quarantine"
-WATERMARKS = "watermarks"
-RECONCILIATION = "reconciliation"
-STALLS = "stalls"
-HOST_PROGRESS = "_state/host_progress"
-OPEN_WINDOWS = "_state/open_windows"
-IDENTITY_FILE = "_tidemark.json"
-
-# Columns of ``events`` and ``late_events``, in table order.
-EVENT_COLUMNS = [
-    *EVENT_FIELDS,
-    "window_start",
-    "is_late",
-    "batch_id",
-    "ingest_ts",
-    "source",
-    "low_watermark",
-]
-LATE_COLUMNS = [
-    *EVENT_FIELDS,
-    "window_start",
-    "window_end",
-    "watermark_at_arrival",
-    "batch_id",
-    "ingest_ts",
-    "source",
-    "low_watermark",
-]
-
-# Delta collects min/max/null-count statistics for these columns of ``events`` only (by default
-# it takes the first 32): the ones readers filter on (batch, event time, window, arrival, host).
-# Statistics for every column cost a quarter of the write (1M rows: 1.86 s -> 1.35 s). Set when
-# the table is created; an older table keeps its own (``ALTER TABLE ... SET TBLPROPERTIES``).
-EVENTS_STATS_COLUMNS = "batch_id,event_time,window_start,ingest_ts,host"
-CREATE_OPTIONS = {EVENTS: {"delta.dataSkippingStatsColumns": EVENTS_STATS_COLUMNS}}
-
-
-class IdentityError(RuntimeError):
-    """Checkpoint and tables do not belong together; starting would skip or repeat writes."""
-
-
-@dataclass(frozen=True)
-class RunIdentity:
-    """Who may write a pipeline's tables: one run = one checkpoint = one Delta ``txnAppId``.
-
-    A run started by ``--reset-checkpoint`` continues the tables' batch numbering: its Spark batch
-    ``n`` is table batch ``batch_offset + n``, so ``batch_id`` stays increasing in every table and
-    the first batch of the run builds on the last batch the previous run committed.
-    """
-
-    pipeline: str
-    run_id: str
-    tables_root: str
-    created_at: str
-    batch_offset: int = 0
-    previous_run_id: str | None = None
-    reset_at_ms: int | None = None
-
-    @property
-    def app_id(self) -> str:
-        """Delta txnAppId: unique per (pipeline, run), stable across restarts of the run."""
-        return f"tidemark:{self.pipeline}:{self.run_id}"
-
-
-def _read_identity(path: Path) -> RunIdentity | None:
-    if not path.is_file():
-        return None
-    try:
-        return RunIdentity(**json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, TypeError) as exc:
-        raise IdentityError(f"{path}: unreadable Tidemark identity ({exc})") from None
-
-
-def _write_identity(path: Path, identity: RunIdentity) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(asdict(identity), indent=2), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _checkpoint_has_progress(checkpoint: Path) -> bool:
-    offsets = checkpoint / "offsets"
-    return offsets.is_dir() and any(offsets.iterdir())
-
-
-def _tables_have_data(tables_root: Path) -> bool:
-    return (tables_root / WATERMARKS / "_delta_log").is_dir() or (
-        tables_root / EVENTS / "_delta_log"
-    ).is_dir()
-
-
-RESET_HINT = "or, if it is lost for good, start a new run identity with --reset-checkpoint"
-
-
-def check_identity(config: PipelineConfig) -> RunIdentity | None:
-    """The run identity checkpoint and tables share; None when neither has one yet (first start).
-
-    Raises :class:`IdentityError` with a one-line explanation when they disagree. Writes nothing.
-    """
-    checkpoint = Path(config.checkpoint)
-    tables_root = Path(config.tables_root)
-    ck_id = _read_identity(checkpoint / IDENTITY_FILE)
-    tb_id = _read_identity(tables_root / IDENTITY_FILE)
-
-    if ck_id is None and _checkpoint_has_progress(checkpoint):
-        raise IdentityError(
-            f"checkpoint {checkpoint} holds Spark progress but no Tidemark identity: it belongs "
-            "to another job; point `checkpoint:` at this pipeline's own directory"
-            + (f", {RESET_HINT}" if tb_id is not None else "")
-        )
-    if ck_id is None and tb_id is None:
-        if _tables_have_data(tables_root):
-            raise IdentityError(
-                f"tables under {tables_root} exist without a Tidemark identity; refusing to write into them"
-            )
-        return None
-    if ck_id is None:
-        assert tb_id is not None
-        raise IdentityError(
-            f"checkpoint {checkpoint} is missing or empty but the tables under {tables_root} "
-            f"were written by run {tb_id.run_id}; restore that checkpoint (starting fresh "
-            f"would re-read the source and duplicate or skip writes), {RESET_HINT}"
-        )
-    if tb_id is None:
-        raise IdentityError(
-            f"checkpoint {checkpoint} belongs to run {ck_id.run_id} whose tables were under "
-            f"{ck_id.tables_root}, but {tables_root} has none; a new warehouse needs a new "
-            "checkpoint directory"
-        )
-    if ck_id.pipeline != config.pipeline or ck_id.run_id != tb_id.run_id:
-        hint = f", {RESET_HINT}" if ck_id.pipeline == config.pipeline else ""
-        raise IdentityError(
-            f"checkpoint {checkpoint} belongs to pipeline {ck_id.pipeline!r} run {ck_id.run_id} "
-            f"but the tables under {tables_root} belong to pipeline {tb_id.pipeline!r} run "
-            f"{tb_id.run_id}; point `checkpoint:` at this pipeline's own checkpoint{hint}"
-        )
-    return tb_id
-
-
-def ensure_identity(config: PipelineConfig) -> RunIdentity:
-    """Return the run identity shared by checkpoint and tables, creating it on first start.
-
-    Raises :class:`IdentityError` with a one-line explanation when they disagree.
-    """
-    identity = check_identity(config)
-    if identity is not None:
-        return identity
-    identity = new_identity(config)
-    write_identity(config, identity)
-    return identity
-
-
-def new_identity(config: PipelineConfig, **fields: Any) -> RunIdentity:
-    return RunIdentity(
-        pipeline=config.pipeline,
-        run_id=uuid.uuid4().hex[:12],
-        tables_root=str(Path(config.tables_root)),
-        created_at=format_instant_ms(now_ms()),
-        **fields,
-    )
-
-
-def read_identities(config: PipelineConfig) -> tuple[RunIdentity | None, RunIdentity | None]:
-    """(checkpoint's identity, tables' identity), either None when absent."""
-    return (
-        _read_identity(Path(config.checkpoint) / IDENTITY_FILE),
-        _read_identity(Path(config.tables_root) / IDENTITY_FILE),
-    )
-
-
-def write_identity(config: PipelineConfig, identity: RunIdentity) -> None:
-    """Tables first, checkpoint second: a crash in between leaves a checkpoint without identity,
-    which refuses to start, never a checkpoint that claims tables of another run."""
-    _write_identity(Path(config.tables_root) / IDENTITY_FILE, identity)
-    _write_identity(Path(config.checkpoint) / IDENTITY_FILE, identity)
 
 
 class TableWriter:
@@ -293,6 +95,20 @@ def table_exists(path: str) -> bool:
     from deltalake import DeltaTable
 
     return DeltaTable.is_deltatable(path)
+
+
+def read_if_exists(
+    config: PipelineConfig, table: str, columns: list[str] | None = None, version: int | None = None
+) -> pd.DataFrame | None:
+    """A pipeline's table as pandas through delta-rs (no JVM); None when it does not exist yet."""
+    path = config.table_path(table)
+    if not table_exists(path):
+        return None
+    from deltalake import DeltaTable
+
+    return (DeltaTable(path) if version is None else DeltaTable(path, version=version)).to_pandas(
+        columns=columns
+    )
 
 
 def latest_marker(path: str, max_batch: int | None = None) -> dict | None:

@@ -7,11 +7,17 @@ Closing rule: a window ``[start, end)`` is closed by watermark ``W`` when ``end 
 whose progress is ``p >= end`` has already sent an event at or after ``end`` and, because each
 host writes in event-time order, can send nothing more below ``end``. A record whose window is
 already closed by the watermark *before* its batch is a late record.
+
+This module is the one place the rule is written: the stream (:mod:`tidemark.batch`) applies
+:meth:`TumblingWindows.is_closed` to a Spark column (the late flag of each event) and to pandas
+columns (late partial sums, windows to close), the recompute (:mod:`tidemark.reconcile`) to ints.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +34,30 @@ class TumblingWindows:
     def end_of(self, event_time_ms: int) -> int:
         return self.start_of(event_time_ms) + self.size_ms
 
-    def is_closed(self, window_start_ms: int, watermark_ms: int | None) -> bool:
-        return watermark_ms is not None and window_start_ms + self.size_ms <= watermark_ms
+    def is_closed(self, window_start_ms, watermark_ms: int | None):
+        """Is the window starting at ``window_start_ms`` closed by ``watermark_ms``?
+
+        ``window_start_ms`` is an int, a numpy array, a pandas Series or a Spark Column, and the
+        answer has the same form; no watermark yet (``None``) closes nothing."""
+        if watermark_ms is None:
+            return _all_false(window_start_ms)
+        return window_start_ms + self.size_ms <= watermark_ms
 
     def is_late(self, event_time_ms: int, watermark_before_ms: int | None) -> bool:
         """True when the event's window was already closed before the event arrived."""
         return self.is_closed(self.start_of(event_time_ms), watermark_before_ms)
+
+
+def _all_false(like):
+    """``False`` in the form of ``like``: a bool, an array, a Series or a Spark Column."""
+    if isinstance(like, (int, np.integer)):
+        return False
+    if isinstance(like, np.ndarray):
+        return np.zeros(like.shape, dtype=bool)
+    import pandas as pd
+
+    if isinstance(like, pd.Series):
+        return pd.Series(False, index=like.index)
+    from pyspark.sql import functions as F
+
+    return F.lit(False)

@@ -26,6 +26,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from receivers import free_port
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import load_config
 from tidemark.timeutil import format_instant_ms, parse_instant_ms
@@ -249,7 +250,7 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
             marks = section.locator("svg.watermark-plot circle.mark").evaluate_all(
                 "els => els.map(e => [Number(e.dataset.batchId), Number(e.dataset.watermarkMs)])"
             )
-            table = T.read_local(config.table_path(T.WATERMARKS)).set_index("batch_id")["watermark_ms"]
+            table = T.read_local(config.table_path(S.WATERMARKS)).set_index("batch_id")["watermark_ms"]
             assert len(marks) >= 3
             assert all(int(table[b]) == wm for b, wm in marks), marks
             assert [wm for _, wm in marks] == sorted(wm for _, wm in marks)  # never backwards

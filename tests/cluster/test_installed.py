@@ -94,8 +94,9 @@ def _run(args: list[str], work: Path, timeout: float = 900, **env: str) -> str:
 
 def _reconciled(python: str, work: Path, config: Path) -> dict[str, list]:
     code = (
-        "import json,sys; from tidemark.config import load_config; from tidemark import tables as T;"
-        "f=T.read_local(load_config(sys.argv[1]).table_path(T.RECONCILIATION));"
+        "import json,sys; from tidemark.config import load_config;"
+        "from tidemark import tables as T, schemas as S;"
+        "f=T.read_local(load_config(sys.argv[1]).table_path(S.RECONCILIATION));"
         "f=f.assign(ms=T.epoch_ms(f['window_start'])).sort_values('ms');"
         "print(json.dumps({'ms': f['ms'].astype(int).tolist(),"
         "'batch': f['batch_events'].astype(int).tolist()}))"

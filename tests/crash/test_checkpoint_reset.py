@@ -16,10 +16,11 @@ from test_exactly_once import finish, start_job
 
 from tidemark.cli import main
 from tidemark.generator import generate_files
+from tidemark.identity import ensure_identity, read_identities
 from tidemark.kafka import publish_scenario
 from tidemark.reconcile import reconcile
 from tidemark.stream import run_stream
-from tidemark.tables import ensure_identity, read_identities, read_local
+from tidemark.tables import read_local
 
 PRE_RESET_SPANS = 6  # arrival spans (files) committed before the checkpoint is lost
 FILES_PER_BATCH = 3

@@ -215,7 +215,7 @@ def test_report_shades_a_recorded_stall_and_flags_the_misaligned_window(
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from tidemark.stream import STALL_SCHEMA
+    from tidemark.schemas import STALL_SCHEMA
 
     p = copy_pipeline(quality_pipeline, tmp_path / "stalled")
     marks = read_table(p.config, "watermarks").dropna(subset=["batch_ts_ms"]).sort_values("batch_id")

@@ -157,7 +157,7 @@ def test_watermark_lag_fails_outside_a_recorded_stall_and_passes_inside_one(qual
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from tidemark.stream import STALL_SCHEMA
+    from tidemark.schemas import STALL_SCHEMA
 
     p = copy_pipeline(quality_pipeline, tmp_path / "lag")
     marks = read_table(p.config, "watermarks").sort_values("batch_id")

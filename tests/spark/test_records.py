@@ -100,10 +100,24 @@ def test_heartbeat_is_valid_and_flagged(parsed):
 
 
 def test_blank_lines_are_separators_and_every_other_line_is_kept(spark):
-    from tidemark.records import drop_blank_lines
+    from tidemark.sources import drop_blank_lines
 
     lines = ["", "   ", GOOD, "  " + GOOD, "{", "x", " \t "]
     frame = spark.createDataFrame([(line,) for line in lines], "raw string")
     kept = [r["raw"] for r in drop_blank_lines(frame).collect()]
     # Spark's trim strips spaces only: a line with a tab is not blank; it is quarantined later.
     assert sorted(kept) == sorted([GOOD, "  " + GOOD, "{", "x", " \t "])
+
+
+def test_closing_rule_on_a_spark_column_is_the_scalar_rule(spark):
+    """The stream flags late events with the rule applied to a Spark column (tidemark.batch)."""
+    from pyspark.sql import functions as F
+
+    from tidemark.windows import TumblingWindows
+
+    w = TumblingWindows(60_000)
+    starts = [-60_000, 0, 60_000, 120_000]
+    frame = spark.createDataFrame([(s,) for s in starts], "start long")
+    for watermark in (None, 59_999, 60_000, 120_005):
+        flags = frame.select("start", w.is_closed(F.col("start"), watermark).alias("closed")).collect()
+        assert {r["start"]: r["closed"] for r in flags} == {s: w.is_closed(s, watermark) for s in starts}

@@ -18,8 +18,8 @@ from helpers import (
 from pyspark.sql import functions as F
 
 from tidemark.generator import generate_files, read_manifest
+from tidemark.identity import IdentityError, ensure_identity
 from tidemark.stream import run_stream
-from tidemark.tables import IdentityError, ensure_identity
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_events_file_statistics_cover_the_filter_columns_only(spark, streamed):
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from tidemark.tables import EVENTS_STATS_COLUMNS
+    from tidemark.schemas import EVENTS_STATS_COLUMNS
 
     config, *_ = streamed
     table = DeltaTable(config.table_path("events"))
@@ -196,10 +196,10 @@ def test_large_batches_are_written_by_spark_with_the_same_result(spark, tmp_path
     production-sized batch; the small test batches otherwise take delta-rs's)."""
     from deltalake import DeltaTable
 
-    import tidemark.stream as stream
-    from tidemark.tables import EVENTS_STATS_COLUMNS
+    import tidemark.batch as batch
+    from tidemark.schemas import EVENTS_STATS_COLUMNS
 
-    monkeypatch.setattr(stream, "COLLECT_MAX_ROWS", 0)
+    monkeypatch.setattr(batch, "COLLECT_MAX_ROWS", 0)
     config = write_config(tmp_path, name="big")
     truth = generate_files(small_scenario(seed=17), config.source.path)
     run_stream(spark, config, once=True, echo=lambda m: None)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from helpers import write_config
 
+from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark_airflow.reconciliation import interval_summary, reconciliation_rows
 
@@ -51,8 +52,8 @@ def test_gate_reads_the_interval_from_a_delta_table_written_in_microseconds(tmp_
             "reconciled_at": starts,
         }
     )
-    write_deltalake(config.table_path(T.RECONCILIATION), frame)
-    assert str(T.read_local(config.table_path(T.RECONCILIATION))["window_start"].dtype).startswith(
+    write_deltalake(config.table_path(S.RECONCILIATION), frame)
+    assert str(T.read_local(config.table_path(S.RECONCILIATION))["window_start"].dtype).startswith(
         "datetime64[us"
     )
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from tidemark.timeutil import (
@@ -27,6 +29,18 @@ def test_window_closes_only_when_watermark_reaches_its_end():
     assert not w.is_closed(0, None)
     assert not w.is_closed(0, MIN - 1)
     assert w.is_closed(0, MIN)
+
+
+def test_closing_rule_has_the_same_answer_on_arrays_and_series():
+    """The stream applies the rule to pandas columns; each element gets the scalar's answer."""
+    w = TumblingWindows(MIN)
+    starts = np.array([-MIN, 0, MIN, 2 * MIN], dtype=np.int64)
+    for watermark in (None, MIN - 1, MIN, 2 * MIN + 5):
+        expected = [w.is_closed(int(s), watermark) for s in starts]
+        assert w.is_closed(starts, watermark).tolist() == expected
+        series = pd.Series(starts, index=list("abcd"))
+        closed = w.is_closed(series, watermark)
+        assert closed.tolist() == expected and list(closed.index) == list("abcd")
 
 
 def test_event_is_late_only_if_its_window_closed_before_it_arrived():

@@ -1,0 +1,689 @@
+"""One micro-batch of the stream: the ``foreachBatch`` function and its commit protocol.
+
+A batch is a sequence of named steps, each a function of the batch's rows and the state the
+previous batch committed (:class:`PipelineState`)::
+
+    count per host ─ advance the watermark ─ close windows ─ write outputs ─ track stalls ─ commit
+    (one Spark job)  (tidemark.watermark)    (tidemark.   (events, late,  (stalls)       (state, then
+                                              windows)     quarantine,                   the watermark
+                                                           windows)                      row, last)
+
+Why a replay writes nothing twice: every Delta write of batch N carries (run identity, N) as
+``txnAppId``/``txnVersion`` (:class:`tidemark.tables.TableWriter`), the state a batch starts from
+is read at the Delta versions batch N-1's watermark row recorded, and a batch whose watermark row
+exists is skipped whole. The step timings (:class:`Phases`) are printed per batch and read by the
+benchmarks; their names are stable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from tidemark import checkpoint as C
+from tidemark import schemas as S
+from tidemark import tables as T
+from tidemark.aggregate import aggregate_windows, window_start_col
+from tidemark.config import PipelineConfig
+from tidemark.dedup import NO_REMOVED, deduplicate
+from tidemark.hosts import ExpectedHosts
+from tidemark.identity import RunIdentity
+from tidemark.records import EVENT_FIELDS
+from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
+from tidemark.watermark import (
+    PIPELINE_STAGES,
+    STALLED,
+    WatermarkServer,
+    WatermarkStatus,
+    WatermarkUpdate,
+    evaluate_status,
+    merge_progress,
+    update_watermark,
+)
+from tidemark.windows import TumblingWindows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["COLLECT_MAX_ROWS", "BatchProcessor", "BatchSummary", "PipelineState"]
+
+# Up to this many events, quarantined or late rows of a batch are written by delta-rs from the
+# driver: a small batch's Spark Delta commit costs ~0.4 s, delta-rs's a tenth of that.
+COLLECT_MAX_ROWS = 10_000
+
+
+def _empty_progress() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"progress_ms": pd.Series(dtype="int64"), "last_batch": pd.Series(dtype="int64")},
+        index=pd.Index([], name="host", dtype="object"),
+    )
+
+
+def _empty_open() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(S.OPEN_COLUMNS, OPEN_DTYPES, strict=True)})
+
+
+OPEN_DTYPES = ("int64", "object", "int64", "float64")
+
+
+@dataclass
+class PipelineState:
+    """What batch ``batch_id`` left behind; the input of batch ``batch_id + 1``."""
+
+    batch_id: int = -1
+    watermark: int | None = None
+    advanced_at_ms: int | None = None  # processing time of the batch that last moved it
+    stall_since_ms: int | None = None  # an open stall: when the watermark stopped moving
+    stall_hosts: tuple[str, ...] = ()
+    stages: str | None = None  # WatermarkServer state (JSON)
+    progress: pd.DataFrame = field(default_factory=_empty_progress)
+    open_windows: pd.DataFrame = field(default_factory=_empty_open)
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    batch_id: int
+    events: int = 0
+    heartbeats: int = 0
+    late: int = 0
+    quarantined: int = 0
+    watermark: int | None = None
+    previous: int | None = None
+    hosts_total: int = 0
+    hosts_reporting: int = 0
+    hosts_required: int = 0
+    hosts_behind: int = 0
+    hosts_lagging: int = 0
+    state: str = ""
+    windows_closed: int = 0
+    open_windows: int = 0
+    seconds: float = 0.0
+    skipped: bool = False
+    retries_dropped: int = 0  # exactly_once: publisher retries deduplication removed
+    retries_looked_up: int = 0  # exactly_once: ids looked up in the catalog (events table)
+    phases: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def hosts_seen(self) -> int:
+        return self.hosts_reporting
+
+    def line(self) -> str:
+        if self.skipped:
+            return f"batch {self.batch_id}: already committed, replay skipped"
+        moved = (
+            f" (+{humanize_ms(self.watermark - self.previous)})"
+            if self.watermark is not None and self.previous is not None and self.watermark > self.previous
+            else ""
+        )
+        return (
+            f"batch {self.batch_id}: {self.events:,} events, {self.late:,} late, "
+            f"{self.quarantined:,} quarantined, {self.retries_dropped:,} retries dropped "
+            f"| watermark {format_instant_ms(self.watermark)}"
+            f"{moved} {self.state} | hosts {self.hosts_reporting:,}/{self.hosts_total:,} reporting, "
+            f"{self.hosts_lagging:,} lagging | {self.windows_closed:,} window rows closed, "
+            f"{self.open_windows:,} open | {self.seconds:.1f}s"
+        )
+
+
+class Phases:
+    """Wall time per step of a batch (seconds), for progress output and benchmarks."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self._mark = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.times[name] = self.times.get(name, 0.0) + now - self._mark
+        self._mark = now
+
+
+# -- what each step hands the next -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Input:
+    """A batch's rows after deduplication, and where its counts are read."""
+
+    batch_id: int
+    rows: DataFrame  # the batch's unique rows (good and bad), with ingest_ts
+    counted: DataFrame  # where per-host counts and quarantined lines are read (see _count_per_host)
+    removed: pd.DataFrame  # (host, event_time) of the retries deduplication took out on the driver
+    batch_ts_ms: int
+    source_progress: str | None
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """Step 1: the batch per host."""
+
+    per_host: pd.DataFrame  # host (NULL: quarantined lines), progress_ms, events, heartbeats, ...
+    events: int
+    heartbeats: int
+    quarantined: int
+    upstream_lw: int | None
+    batch_ts_ms: int | None  # None for an empty batch: it has no processing time of its own
+
+
+@dataclass(frozen=True)
+class _Advance:
+    """Step 2: host progress, the precise watermark and its status."""
+
+    progress: pd.DataFrame
+    update: WatermarkUpdate
+    status: WatermarkStatus
+    hosts_total: int
+    advanced_at_ms: int | None
+
+    @property
+    def watermark(self) -> int | None:
+        return self.update.watermark
+
+
+@dataclass(frozen=True)
+class _Closing:
+    """Step 3: the batch's late events, the windows that close and those that stay open."""
+
+    late: int
+    closing: pd.DataFrame
+    remaining: pd.DataFrame
+    server: WatermarkServer
+
+    @property
+    def global_lw(self) -> int | None:
+        return self.server.global_low_watermark
+
+
+class BatchProcessor:
+    """The ``foreachBatch`` function. Holds the state of the last committed batch in memory and
+    reloads it from Delta only when it is not the one the incoming batch builds on."""
+
+    def __init__(
+        self, spark: SparkSession, config: PipelineConfig, identity: RunIdentity, echo=print
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.identity = identity
+        self.writer = T.TableWriter(config, identity)
+        self.echo = echo
+        self.hosts = ExpectedHosts(config.watermark.hosts_file)
+        self.windows = TumblingWindows(config.window)
+        self._state: PipelineState | None = None
+        self.summaries: list[BatchSummary] = []
+
+    # -- state -------------------------------------------------------------------------------
+    def _marker_before(self, batch_id: int) -> tuple[dict | None, bool]:
+        """(newest watermark row with batch_id <= the given one, is it that very batch?)."""
+        row = T.latest_marker(self.writer.path(S.WATERMARKS), max_batch=batch_id)
+        return row, row is not None and int(row["batch_id"]) == batch_id
+
+    def _load_state(self, marker: dict | None) -> PipelineState:
+        if marker is None:
+            return PipelineState()
+        progress = (
+            T.read_local(self.writer.path(S.HOST_PROGRESS), int(marker["hosts_version"]))
+            .astype({"progress_ms": "int64", "last_batch": "int64"})
+            .set_index("host")
+        )
+        open_windows = T.read_local(self.writer.path(S.OPEN_WINDOWS), int(marker["open_version"])).astype(
+            {"window_start_ms": "int64", "events": "int64", "value_sum": "float64"}
+        )
+        return PipelineState(
+            batch_id=int(marker["batch_id"]),
+            watermark=_optional_int(marker["watermark_ms"]),
+            advanced_at_ms=_optional_int(marker["advanced_at_ms"]),
+            stall_since_ms=_optional_int(marker["stall_since_ms"]),
+            stall_hosts=tuple(json.loads(marker["stall_hosts"] or "[]")),
+            stages=marker["stages"],
+            progress=progress[["progress_ms", "last_batch"]],
+            open_windows=open_windows[S.OPEN_COLUMNS],
+        )
+
+    def state_before(self, batch_id: int) -> tuple[PipelineState, bool]:
+        """(state left by the last committed batch before ``batch_id``, already committed?)."""
+        cached = self._state
+        if cached is not None and cached.batch_id == batch_id - 1:
+            return cached, False
+        marker, committed = self._marker_before(batch_id)
+        if committed:
+            return PipelineState(batch_id=batch_id), True
+        return self._load_state(marker), False
+
+    # -- the batch ---------------------------------------------------------------------------
+    def __call__(self, batch: DataFrame, spark_batch_id: int) -> None:
+        started = time.monotonic()
+        phases = Phases()
+        # Table batch ids continue across checkpoint resets (the run's batch_offset).
+        batch_id = self.identity.batch_offset + spark_batch_id
+        resettable = self.config.source.kind in C.RESETTABLE_SOURCES
+        source = C.batch_source(self.config, spark_batch_id) if resettable else None
+        state, committed = self.state_before(batch_id)
+        phases.lap("load_state")
+        if committed:
+            # Every table already holds this batch (the plan keeps no Spark state to commit).
+            self._state = None  # reload from Delta for the next batch
+            self._report(BatchSummary(batch_id, skipped=True))
+            return
+        # The batch timestamp joins after the cache (see tidemark.stream.build_stream): Spark's,
+        # from the offset log, the value current_timestamp() has, so a replay sees the same.
+        batch_ts = (
+            source.batch_ts_ms if source is not None else C.batch_timestamp_ms(self.config, spark_batch_id)
+        )
+        cached = [batch.persist()]
+        try:
+            inp, dedup = self._deduplicate(cached, batch_id, state, batch_ts, phases)
+            inp = dataclasses.replace(inp, source_progress=source.progress if source else None)
+            summary, new_state = self.step(inp, state, phases)
+        finally:
+            for frame in cached:
+                frame.unpersist()
+        summary = dataclasses.replace(
+            summary,
+            seconds=time.monotonic() - started,
+            phases=phases.times,
+            retries_dropped=dedup.dropped if dedup else 0,
+            retries_looked_up=dedup.looked_up if dedup else 0,
+        )
+        self._state = new_state
+        self._report(summary)
+
+    def _deduplicate(self, cached: list, batch_id: int, state: PipelineState, batch_ts: int, phases: Phases):
+        """The batch's rows with ``ingest_ts``, less publisher retries (exactly_once)."""
+        from pyspark.sql import functions as F
+
+        rows = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
+        if self.config.mode != "exactly_once":
+            return _Input(batch_id, rows, rows, NO_REMOVED, batch_ts, None), None
+        dedup = deduplicate(
+            self.spark,
+            rows,
+            batch_id=batch_id,
+            progress=state.progress,
+            batch_ts_ms=batch_ts,
+            horizon_ms=self.config.dedup_horizon,
+            events_path=self.writer.path(S.EVENTS),
+            lap=phases.lap,
+        )
+        cached.extend(dedup.cached)
+        if dedup.removed is None:  # resolved by Spark: count the deduplicated rows
+            return _Input(batch_id, dedup.rows, dedup.rows, NO_REMOVED, batch_ts, None), dedup
+        # resolved on the driver: count the cache as it is, less the removed copies
+        return _Input(batch_id, dedup.rows, rows, dedup.removed, batch_ts, None), dedup
+
+    def step(self, inp: _Input, state: PipelineState, phases: Phases) -> tuple[BatchSummary, PipelineState]:
+        """One batch's tables and state, step by step (each step's wall time is a phase)."""
+        counts = self._count_per_host(inp)
+        phases.lap("parse_dedup_count")
+        advance = self._advance_watermark(counts, state, inp.batch_id)
+        phases.lap("host_progress")
+        good = inp.rows.where(_is_event())
+        closing = self._close_windows(good, counts, state, advance.watermark)
+        phases.lap("aggregate_windows")
+        self._write_outputs(inp, good, counts, closing, state.watermark, phases)
+        stall = self._track_stalls(state, advance, counts.batch_ts_ms, inp.batch_id)
+        return self._commit(inp, counts, advance, closing, stall, state.watermark, phases)
+
+    def _count_per_host(self, inp: _Input) -> _Counts:
+        """Step 1, one Spark job: per host, the batch's counts and progress.
+
+        Events and heartbeats move a host; quarantined lines (clock skew included) never do, and
+        group under a NULL host whatever host they name. The counts are read from
+        ``inp.counted``: the batch before deduplication when deduplication resolved its retries
+        on the driver (so this read skips its joins), corrected by the removed copies; a removed
+        copy never moves its host (the row it copies has the same time)."""
+        from pyspark.sql import functions as F
+
+        ok = F.col("reason").isNull()
+        per_host = (
+            inp.counted.groupBy(F.when(ok, F.col("host")).alias("host"))
+            .agg(
+                F.max(F.when(ok, F.col("event_time"))).alias("progress_ms"),
+                F.count_if(_is_event()).alias("events"),
+                F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
+                F.count_if(~ok).alias("quarantined"),
+                F.max("upstream_lw").alias("upstream_lw"),
+            )
+            .toPandas()
+        )
+        if len(inp.removed):
+            per_host = _without_removed(per_host, inp.removed)
+        return _Counts(
+            per_host=per_host,
+            events=int(per_host["events"].sum()),
+            heartbeats=int(per_host["heartbeats"].sum()),
+            quarantined=int(per_host["quarantined"].sum()),
+            upstream_lw=_optional_int(per_host["upstream_lw"].dropna().max()),
+            batch_ts_ms=inp.batch_ts_ms if len(per_host) else None,
+        )
+
+    def _advance_watermark(self, counts: _Counts, state: PipelineState, batch_id: int) -> _Advance:
+        """Step 2: host progress -> precise watermark (never backwards) -> status."""
+        wm = self.config.watermark
+        moved = counts.per_host[counts.per_host["progress_ms"].notna()]
+        batch_hosts = pd.DataFrame(
+            {"progress_ms": moved["progress_ms"].astype("int64").to_numpy()},
+            index=pd.Index(moved["host"].to_numpy(), name="host"),
+        )
+        progress = merge_progress(state.progress, batch_hosts, batch_id)
+        expected = self.hosts.current()
+        population = progress if expected is None else progress[progress.index.isin(expected)]
+        values = population["progress_ms"].to_numpy(dtype=np.int64)
+        n_total = len(progress) if expected is None else len(expected)
+        # Propagated (delta source): the upstream's global low watermark is this pipeline's input.
+        update = update_watermark(
+            values,
+            wm.precision_fraction,
+            state.watermark,
+            n_total,
+            propagated=self.config.source.kind == "delta",
+            upstream_watermark=counts.upstream_lw,
+        )
+        advanced_at = counts.batch_ts_ms if update.advanced else state.advanced_at_ms
+        status = evaluate_status(
+            population.index.to_numpy(),
+            values,
+            wm.precision_fraction,
+            update.watermark,
+            advanced_at,
+            counts.batch_ts_ms if counts.batch_ts_ms is not None else now_ms(),
+            wm.lag_threshold,
+            wm.stall_after,
+            expected=expected,
+        )
+        return _Advance(progress, update, status, n_total, advanced_at)
+
+    def _close_windows(
+        self, good: DataFrame, counts: _Counts, state: PipelineState, watermark: int | None
+    ) -> _Closing:
+        """Step 3: add the batch's on-time partial sums to the open windows; those the watermark
+        has passed close. The batch's sums cover every window and the late ones (closed before
+        the batch, by the previous watermark) are taken out here, on the driver: the Spark
+        stage holds no per-batch value (see tidemark.stream.build_stream)."""
+        batch_partials, late = _empty_open(), 0
+        if counts.events:
+            partials = (
+                aggregate_windows(good, self.config.window)
+                .toPandas()
+                .astype({"window_start_ms": "int64", "events": "int64"})
+            )
+            is_late = self.windows.is_closed(partials["window_start_ms"], state.watermark)
+            late = int(partials.loc[is_late, "events"].sum())
+            batch_partials = partials[~is_late].reset_index(drop=True)
+        open_windows = _sum_partials(state.open_windows, batch_partials)
+        closes = self.windows.is_closed(open_windows["window_start_ms"], watermark)
+        remaining = open_windows[~closes]
+        # The watermark server: source -> window operator (held by its oldest open window) ->
+        # sink. Every row committed in the batch carries the resulting global low watermark.
+        server = WatermarkServer.from_json(PIPELINE_STAGES, state.stages)
+        oldest_open = int(remaining["window_start_ms"].min()) if len(remaining) else None
+        server.update(watermark, {"window": oldest_open})
+        return _Closing(late, open_windows[closes], remaining, server)
+
+    def _write_outputs(
+        self,
+        inp: _Input,
+        good: DataFrame,
+        counts: _Counts,
+        closing: _Closing,
+        previous: int | None,
+        phases: Phases,
+    ) -> None:
+        """Step 4: quarantine, events (and late events), the windows that closed."""
+        from pyspark.sql import functions as F
+
+        if counts.quarantined:
+            quarantine = inp.counted.where(F.col("reason").isNotNull()).select(
+                "raw", "reason", "source", F.lit(inp.batch_id).alias("batch_id"), "ingest_ts"
+            )
+            self._write_rows(quarantine, counts.quarantined, S.QUARANTINE, inp.batch_id)
+            phases.lap("write_quarantine")
+        if counts.events:
+            self._write_events(good, counts.events, inp.batch_id, previous, closing.late, closing.global_lw)
+            phases.lap("write_events")
+        if len(closing.closing):
+            table = _closed_windows_table(
+                closing.closing, self.config.window, inp.batch_id, closing.global_lw
+            )
+            self.writer.write_local(table, S.WINDOWS, inp.batch_id)
+            phases.lap("write_windows")
+
+    def _track_stalls(
+        self, state: PipelineState, advance: _Advance, batch_ts: int | None, batch_id: int
+    ) -> tuple[int | None, tuple[str, ...]]:
+        """Step 5: a stall opens when the watermark is STALLED and is written to ``stalls`` when
+        it moves again. Returns the open stall (since, lagging hosts) the next batch inherits."""
+        since, hosts = state.stall_since_ms, state.stall_hosts
+        if since is not None and advance.update.advanced:
+            self._write_stall(batch_id, since, batch_ts, state.watermark, hosts)
+            since, hosts = None, ()
+        if since is None and advance.status.state == STALLED:
+            since, hosts = state.advanced_at_ms, tuple(h.host for h in advance.status.lagging)
+        return since, hosts
+
+    def _commit(
+        self,
+        inp: _Input,
+        counts: _Counts,
+        advance: _Advance,
+        closing: _Closing,
+        stall: tuple[int | None, tuple[str, ...]],
+        previous: int | None,
+        phases: Phases,
+    ) -> tuple[BatchSummary, PipelineState]:
+        """Step 6: the state for the next batch, then the watermark row that marks the batch
+        committed (last: it records the state's Delta versions)."""
+        remaining = closing.remaining[S.OPEN_COLUMNS].reset_index(drop=True)
+        progress = pa.Table.from_pandas(
+            advance.progress.reset_index()[S.HOST_COLUMNS], schema=S.HOST_SCHEMA, preserve_index=False
+        )
+        hosts_version = self.writer.write_local(progress, S.HOST_PROGRESS, inp.batch_id, mode="overwrite")
+        open_table = pa.Table.from_pandas(remaining, schema=S.OPEN_SCHEMA, preserve_index=False)
+        open_version = self.writer.write_local(open_table, S.OPEN_WINDOWS, inp.batch_id, mode="overwrite")
+        phases.lap("write_state")
+        summary = BatchSummary(
+            batch_id=inp.batch_id,
+            events=counts.events,
+            heartbeats=counts.heartbeats,
+            late=closing.late,
+            quarantined=counts.quarantined,
+            watermark=advance.watermark,
+            previous=previous,
+            hosts_total=advance.hosts_total,
+            hosts_reporting=advance.status.hosts_reporting,
+            hosts_required=advance.update.required,
+            hosts_behind=advance.update.behind,
+            hosts_lagging=advance.status.hosts_lagging,
+            state=advance.status.state,
+            windows_closed=len(closing.closing),
+            open_windows=len(remaining),
+        )
+        stages = closing.server.to_json()
+        self._write_marker(
+            summary,
+            {
+                "batch_ts_ms": counts.batch_ts_ms,
+                "advanced_at_ms": advance.advanced_at_ms,
+                "frontier_ms": advance.status.frontier_ms,
+                "stall_since_ms": stall[0],
+                "stall_hosts": json.dumps(list(stall[1])),
+                "hosts_version": hosts_version,
+                "open_version": open_version,
+                "global_lw_ms": closing.global_lw,
+                "stages": stages,
+                "source_progress": inp.source_progress,
+            },
+        )
+        phases.lap("write_marker")
+        new_state = PipelineState(
+            batch_id=inp.batch_id,
+            watermark=advance.watermark,
+            advanced_at_ms=advance.advanced_at_ms,
+            stall_since_ms=stall[0],
+            stall_hosts=stall[1],
+            stages=stages,
+            progress=advance.progress,
+            open_windows=remaining,
+        )
+        return summary, new_state
+
+    # -- writes ------------------------------------------------------------------------------
+    def _write_rows(self, frame: DataFrame, count: int, table: str, batch_id: int) -> None:
+        """Write ``count`` rows: few are collected and written by delta-rs (no Spark job per
+        commit), many by Spark. Both commit under the same (run, batch) app transaction, so
+        either way a replay writes them once, and both write the column types Spark would."""
+        if count > COLLECT_MAX_ROWS:
+            self.writer.write(frame, table, batch_id)
+            return
+        self.writer.write_local(_collect(frame), table, batch_id)
+
+    def _write_events(
+        self,
+        good: DataFrame,
+        n_events: int,
+        batch_id: int,
+        prev_wm: int | None,
+        late_count: int,
+        low_watermark: int | None,
+    ) -> None:
+        """Write the batch's ``n_events`` events, and the late ones (``late_count`` of them) again
+        to ``late_events``. A small batch is collected once and both tables are cut from it."""
+        from pyspark.sql import functions as F
+
+        size = self.config.window
+        start_ms = window_start_col("event_time", size)
+        window_start = F.timestamp_millis(start_ms)
+        rows = good.select(
+            *EVENT_FIELDS,
+            window_start.alias("window_start"),
+            # A record is late when its window had closed before the batch (previous watermark).
+            self.windows.is_closed(start_ms, prev_wm).alias("is_late"),
+            F.lit(batch_id).alias("batch_id"),
+            "ingest_ts",
+            "source",
+            F.timestamp_millis(F.lit(low_watermark).cast("long")).alias("low_watermark"),
+            (window_start + F.expr(f"INTERVAL {size} MILLISECONDS")).alias("window_end"),
+            F.timestamp_millis(F.lit(prev_wm).cast("long")).alias("watermark_at_arrival"),
+        )
+        has_late = prev_wm is not None and late_count > 0
+        if n_events <= COLLECT_MAX_ROWS:
+            local = _collect(rows)
+            self.writer.write_local(local.select(S.EVENT_COLUMNS), S.EVENTS, batch_id)
+            if has_late:
+                late = local.filter(local["is_late"]).select(S.LATE_COLUMNS)
+                self.writer.write_local(late, S.LATE_EVENTS, batch_id)
+            return
+        self.writer.write(rows.select(*S.EVENT_COLUMNS), S.EVENTS, batch_id)
+        if has_late:
+            late_rows = rows.where("is_late").select(*S.LATE_COLUMNS)
+            self._write_rows(late_rows, late_count, S.LATE_EVENTS, batch_id)
+
+    def _write_stall(
+        self, batch_id: int, since: int, until: int | None, watermark: int | None, hosts: tuple[str, ...]
+    ) -> None:
+        row = {
+            "started_at": since,
+            "ended_at": until,
+            "duration_ms": None if until is None else until - since,
+            "watermark": watermark,
+            "hosts_count": len(hosts),
+            "hosts": list(hosts),
+            "closed_batch_id": batch_id,
+        }
+        self.writer.write_local(pa.Table.from_pylist([row], schema=S.STALL_SCHEMA), S.STALLS, batch_id)
+        self.echo(
+            f"[{self.config.pipeline}] stall ended: watermark held at {format_instant_ms(watermark)} "
+            f"for {humanize_ms(row['duration_ms'] or 0)} by {len(hosts)} lagging hosts"
+        )
+
+    def _write_marker(self, s: BatchSummary, extra: dict) -> None:
+        committed = now_ms()
+        row = {
+            "batch_id": s.batch_id,
+            "run_id": self.identity.run_id,
+            "watermark_ms": s.watermark,
+            "watermark": s.watermark,
+            "previous_ms": s.previous,
+            "state": s.state,
+            "hosts_seen": s.hosts_reporting,
+            "hosts_total": s.hosts_total,
+            "hosts_required": s.hosts_required,
+            "hosts_behind": s.hosts_behind,
+            "hosts_lagging": s.hosts_lagging,
+            "events": s.events,
+            "heartbeats": s.heartbeats,
+            "late_events": s.late,
+            "quarantined": s.quarantined,
+            "windows_closed": s.windows_closed,
+            "open_windows": s.open_windows,
+            "committed_at_ms": committed,
+            "committed_at": committed,
+            **extra,
+        }
+        table = pa.Table.from_pylist([row], schema=S.MARKER_SCHEMA)
+        self.writer.write_local(table, S.WATERMARKS, s.batch_id, merge_schema=True)
+
+    def _report(self, summary: BatchSummary) -> None:
+        self.summaries.append(summary)
+        self.echo(f"[{self.config.pipeline}] {summary.line()}")
+
+
+def _is_event():
+    """A valid record that is not a heartbeat (the column ``heartbeat`` is never NULL here)."""
+    from pyspark.sql import functions as F
+
+    return F.col("reason").isNull() & ~F.col("heartbeat")
+
+
+def _without_removed(per_host: pd.DataFrame, removed: pd.DataFrame) -> pd.DataFrame:
+    """Per-host event counts less the removed events."""
+    less = removed.groupby("host").size()
+    out = per_host.set_index("host", drop=False)
+    hit = out.index.isin(less.index)
+    out.loc[hit, "events"] = out.loc[hit, "events"] - less.reindex(out.index[hit]).to_numpy()
+    return out.reset_index(drop=True)
+
+
+def _optional_int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def _collect(frame: DataFrame) -> pa.Table:
+    """A small frame on the driver, its columns nullable as Spark's table schemas are."""
+    rows = frame.toArrow()
+    return rows.cast(pa.schema([f.with_nullable(True) for f in rows.schema]))
+
+
+def _closed_windows_table(closing: pd.DataFrame, size: int, batch_id: int, watermark: int | None) -> pa.Table:
+    starts = closing["window_start_ms"].to_numpy(dtype="int64")
+    n = len(closing)
+    return pa.Table.from_arrays(
+        [
+            pa.array(starts, pa.int64()).cast(S.TS_MS),
+            pa.array(starts + size, pa.int64()).cast(S.TS_MS),
+            pa.array(closing["key"].astype(str).to_list(), pa.string()),
+            pa.array(closing["events"].to_numpy(dtype="int64")),
+            pa.array(closing["value_sum"].to_numpy(dtype="float64")),
+            pa.array(np.full(n, batch_id, dtype="int64")),
+            pa.array(np.full(n, watermark, dtype="int64")).cast(S.TS_MS),
+            pa.array(np.full(n, now_ms(), dtype="int64")).cast(S.TS_MS),
+        ],
+        schema=S.WINDOW_SCHEMA,
+    )
+
+
+def _sum_partials(current: pd.DataFrame, batch: pd.DataFrame) -> pd.DataFrame:
+    if batch.empty:
+        return current.reset_index(drop=True)
+    if current.empty:
+        return batch[S.OPEN_COLUMNS].reset_index(drop=True)
+    both = pd.concat([current[S.OPEN_COLUMNS], batch[S.OPEN_COLUMNS]], ignore_index=True)
+    return both.groupby(["window_start_ms", "key"], as_index=False, sort=True).agg(
+        events=("events", "sum"), value_sum=("value_sum", "sum")
+    )

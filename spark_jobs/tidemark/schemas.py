@@ -1,0 +1,170 @@
+"""Every table of a pipeline: its name, its columns and, for the tables the driver writes, its Arrow
+schema. Pure: pyarrow only, no Spark.
+
+Layout under ``<warehouse>/<pipeline>/``:
+
+============== ==================================================================================
+events         every unique valid record (late ones too), with the batch it arrived in
+windows        closed windows: one row per (window, key), written once, with the watermark
+late_events    records whose window was already closed when they arrived
+quarantine     one row per bad line: raw text, reason, batch id, source
+watermarks     one row per committed batch: the precise watermark and host counts. Written
+               last in a batch, so a row for batch N means every write of N is committed.
+stalls         one row per ended stall: when, how long, the watermark held, the lagging hosts
+reconciliation per-window stream/batch comparison written by ``tidemark reconcile``
+_state/*       host progress and open-window partial sums, overwritten every batch; the
+               watermark row records the Delta version of each so a restart reads exactly
+               the state that batch N-1 left.
+============== ==================================================================================
+
+Timestamps the driver writes are UTC milliseconds (:data:`TS_MS`); Spark writes microseconds, and
+the ``reconciliation`` table, written by delta-rs, uses Spark's (:data:`TS_US`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from tidemark.records import EVENT_FIELDS
+
+EVENTS = "events"
+WINDOWS = "windows"
+LATE_EVENTS = "late_events"
+QUARANTINE = "quarantine"
+WATERMARKS = "watermarks"
+RECONCILIATION = "reconciliation"
+STALLS = "stalls"
+HOST_PROGRESS = "_state/host_progress"
+OPEN_WINDOWS = "_state/open_windows"
+# The run identity's file, in the checkpoint and beside the tables (tidemark.identity).
+IDENTITY_FILE = "_tidemark.json"
+
+TS_MS = pa.timestamp("ms", tz="UTC")
+TS_US = pa.timestamp("us", tz="UTC")  # Spark's timestamps: UTC microseconds
+
+# Columns of ``events`` and ``late_events``, in table order.
+EVENT_COLUMNS = [
+    *EVENT_FIELDS,
+    "window_start",
+    "is_late",
+    "batch_id",
+    "ingest_ts",
+    "source",
+    "low_watermark",
+]
+LATE_COLUMNS = [
+    *EVENT_FIELDS,
+    "window_start",
+    "window_end",
+    "watermark_at_arrival",
+    "batch_id",
+    "ingest_ts",
+    "source",
+    "low_watermark",
+]
+
+# Delta collects min/max/null-count statistics for these columns of ``events`` only (by default
+# it takes the first 32): the ones readers filter on (batch, event time, window, arrival, host).
+# Statistics for every column cost a quarter of the write (docs/benchmarks.md). Set when the table
+# is created; an older table keeps its own (``ALTER TABLE ... SET TBLPROPERTIES``).
+EVENTS_STATS_COLUMNS = "batch_id,event_time,window_start,ingest_ts,host"
+CREATE_OPTIONS = {EVENTS: {"delta.dataSkippingStatsColumns": EVENTS_STATS_COLUMNS}}
+
+# The stream's state between batches (tidemark.batch).
+HOST_COLUMNS = ["host", "progress_ms", "last_batch"]
+OPEN_COLUMNS = ["window_start_ms", "key", "events", "value_sum"]
+HOST_SCHEMA = pa.schema([("host", pa.string()), ("progress_ms", pa.int64()), ("last_batch", pa.int64())])
+OPEN_SCHEMA = pa.schema(
+    [
+        ("window_start_ms", pa.int64()),
+        ("key", pa.string()),
+        ("events", pa.int64()),
+        ("value_sum", pa.float64()),
+    ]
+)
+WINDOW_SCHEMA = pa.schema(
+    [
+        ("window_start", TS_MS),
+        ("window_end", TS_MS),
+        ("key", pa.string()),
+        ("events", pa.int64()),
+        ("value_sum", pa.float64()),
+        ("batch_id", pa.int64()),
+        ("low_watermark", TS_MS),
+        ("committed_at", TS_MS),
+    ]
+)
+MARKER_SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("run_id", pa.string()),
+        ("watermark_ms", pa.int64()),
+        ("watermark", TS_MS),
+        ("previous_ms", pa.int64()),
+        ("state", pa.string()),
+        ("hosts_seen", pa.int64()),
+        ("hosts_total", pa.int64()),
+        ("hosts_required", pa.int64()),
+        ("hosts_behind", pa.int64()),
+        ("hosts_lagging", pa.int64()),
+        ("events", pa.int64()),
+        ("heartbeats", pa.int64()),
+        ("late_events", pa.int64()),
+        ("quarantined", pa.int64()),
+        ("windows_closed", pa.int64()),
+        ("open_windows", pa.int64()),
+        ("batch_ts_ms", pa.int64()),
+        ("advanced_at_ms", pa.int64()),
+        ("frontier_ms", pa.int64()),
+        ("stall_since_ms", pa.int64()),
+        ("stall_hosts", pa.string()),
+        ("hosts_version", pa.int64()),
+        ("open_version", pa.int64()),
+        ("global_lw_ms", pa.int64()),
+        ("stages", pa.string()),
+        ("source_progress", pa.string()),  # where the batch's input ended (tidemark.checkpoint)
+        ("committed_at_ms", pa.int64()),
+        ("committed_at", TS_MS),
+    ]
+)
+STALL_SCHEMA = pa.schema(
+    [
+        ("started_at", TS_MS),
+        ("ended_at", TS_MS),
+        ("duration_ms", pa.int64()),
+        ("watermark", TS_MS),
+        ("hosts_count", pa.int64()),
+        ("hosts", pa.list_(pa.string())),
+        ("closed_batch_id", pa.int64()),
+    ]
+)
+RECONCILIATION_SCHEMA = pa.schema(
+    [
+        ("pipeline", pa.string()),
+        ("window_start", TS_US),
+        ("window_end", TS_US),
+        ("status", pa.string()),
+        ("stream_events", pa.int64()),
+        ("batch_events", pa.int64()),
+        ("late_events", pa.int64()),
+        ("abs_diff", pa.int64()),
+        ("alignment", pa.float64()),
+        ("aligned", pa.bool_()),
+        ("unexplained", pa.int64()),
+        ("target", pa.float64()),
+        ("stream_watermark", TS_US),
+        ("reconciled_at", TS_US),
+    ]
+)
+# reconciliation's columns stored as tidemark.reconcile.WindowResult holds them (the window
+# bounds are stored as timestamps).
+RECONCILED_FIELDS = [
+    "status",
+    "stream_events",
+    "batch_events",
+    "late_events",
+    "abs_diff",
+    "alignment",
+    "aligned",
+    "unexplained",
+]
