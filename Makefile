@@ -13,7 +13,7 @@ help:
 	@echo "make demo       bounded end-to-end run: generate, stream, reconcile, report"
 	@echo "make test       the full test suite (unit, Spark integration, crash/kill tests)"
 	@echo "make test-fast  unit tests only (no JVM)"
-	@echo "make lint       ruff check + format check"
+	@echo "make lint       ruff check + format check, import contracts (.importlinter), mypy"
 	@echo "make setup      venv + pinned requirements + JVM jar cache (run by the others)"
 	@echo "make clean      remove var/ (demo and local runs), keep the venv and jar cache"
 
@@ -39,6 +39,8 @@ test-fast: setup
 lint: setup
 	$(VENV)/ruff check spark_jobs plugins dags tests bench
 	$(VENV)/ruff format --check spark_jobs plugins dags tests bench
+	$(VENV)/lint-imports --no-cache
+	$(VENV)/mypy
 
 format: setup
 	$(VENV)/ruff format spark_jobs plugins dags tests bench

@@ -53,7 +53,8 @@ from benchlib import (
 )
 
 from tidemark.generator import Scenario, generate_files
-from tidemark.records import drop_blank_lines, parse_records, read_landing_files
+from tidemark.records import parse_records
+from tidemark.sources import drop_blank_lines, read_landing_files
 from tidemark.stream import start_stream
 
 SYSTEMS = ("ceiling", "parse", "baseline", "exactly_once", "at_least_once")

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["COLLECT_MAX_ROWS", "BatchProcessor", "BatchSummary", "PipelineState"]
 
 # Up to this many events, quarantined or late rows of a batch are written by delta-rs from the
-# driver: a small batch's Spark Delta commit costs ~0.4 s, delta-rs's a tenth of that.
+# driver: a small Spark Delta commit costs ten times delta-rs's (docs/benchmarks.md).
 COLLECT_MAX_ROWS = 10_000
 
 
@@ -341,16 +341,14 @@ class BatchProcessor:
         from pyspark.sql import functions as F
 
         ok = F.col("reason").isNull()
-        per_host = (
-            inp.counted.groupBy(F.when(ok, F.col("host")).alias("host"))
-            .agg(
+        per_host = T.to_pandas(
+            inp.counted.groupBy(F.when(ok, F.col("host")).alias("host")).agg(
                 F.max(F.when(ok, F.col("event_time"))).alias("progress_ms"),
                 F.count_if(_is_event()).alias("events"),
                 F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
                 F.count_if(~ok).alias("quarantined"),
                 F.max("upstream_lw").alias("upstream_lw"),
             )
-            .toPandas()
         )
         if len(inp.removed):
             per_host = _without_removed(per_host, inp.removed)
@@ -408,10 +406,8 @@ class BatchProcessor:
         stage holds no per-batch value (see tidemark.stream.build_stream)."""
         batch_partials, late = _empty_open(), 0
         if counts.events:
-            partials = (
-                aggregate_windows(good, self.config.window)
-                .toPandas()
-                .astype({"window_start_ms": "int64", "events": "int64"})
+            partials = T.to_pandas(aggregate_windows(good, self.config.window)).astype(
+                {"window_start_ms": "int64", "events": "int64"}
             )
             is_late = self.windows.is_closed(partials["window_start_ms"], state.watermark)
             late = int(partials.loc[is_late, "events"].sum())
@@ -487,23 +483,7 @@ class BatchProcessor:
         open_table = pa.Table.from_pandas(remaining, schema=S.OPEN_SCHEMA, preserve_index=False)
         open_version = self.writer.write_local(open_table, S.OPEN_WINDOWS, inp.batch_id, mode="overwrite")
         phases.lap("write_state")
-        summary = BatchSummary(
-            batch_id=inp.batch_id,
-            events=counts.events,
-            heartbeats=counts.heartbeats,
-            late=closing.late,
-            quarantined=counts.quarantined,
-            watermark=advance.watermark,
-            previous=previous,
-            hosts_total=advance.hosts_total,
-            hosts_reporting=advance.status.hosts_reporting,
-            hosts_required=advance.update.required,
-            hosts_behind=advance.update.behind,
-            hosts_lagging=advance.status.hosts_lagging,
-            state=advance.status.state,
-            windows_closed=len(closing.closing),
-            open_windows=len(remaining),
-        )
+        summary = _summary(inp, counts, advance, closing, previous)
         stages = closing.server.to_json()
         self._write_marker(
             summary,
@@ -587,7 +567,7 @@ class BatchProcessor:
     def _write_stall(
         self, batch_id: int, since: int, until: int | None, watermark: int | None, hosts: tuple[str, ...]
     ) -> None:
-        row = {
+        row: dict[str, Any] = {
             "started_at": since,
             "ended_at": until,
             "duration_ms": None if until is None else until - since,
@@ -632,6 +612,28 @@ class BatchProcessor:
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
         self.echo(f"[{self.config.pipeline}] {summary.line()}")
+
+
+def _summary(
+    inp: _Input, counts: _Counts, advance: _Advance, closing: _Closing, previous: int | None
+) -> BatchSummary:
+    return BatchSummary(
+        batch_id=inp.batch_id,
+        events=counts.events,
+        heartbeats=counts.heartbeats,
+        late=closing.late,
+        quarantined=counts.quarantined,
+        watermark=advance.watermark,
+        previous=previous,
+        hosts_total=advance.hosts_total,
+        hosts_reporting=advance.status.hosts_reporting,
+        hosts_required=advance.update.required,
+        hosts_behind=advance.update.behind,
+        hosts_lagging=advance.status.hosts_lagging,
+        state=advance.status.state,
+        windows_closed=len(closing.closing),
+        open_windows=len(closing.remaining),
+    )
 
 
 def _is_event():

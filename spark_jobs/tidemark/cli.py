@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tidemark import schemas as S
 from tidemark.config import ConfigError, PipelineConfig, load_config
+from tidemark.sparkenv import session_for
 from tidemark.timeutil import format_instant_ms, parse_instant_ms
 
 EXIT_USAGE = 2
@@ -218,17 +219,6 @@ def _generate_kafka(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _session(config: PipelineConfig, app: str):
-    from tidemark.sparkenv import build_session
-
-    return build_session(
-        app_name=f"tidemark-{app}-{config.pipeline}",
-        master=config.spark.master,
-        shuffle_partitions=config.spark.shuffle_partitions,
-        extra_conf=config.spark.conf,
-    )
-
-
 def cmd_stream(args) -> int:
     from tidemark.stream import run_stream
 
@@ -242,7 +232,7 @@ def cmd_stream(args) -> int:
         from tidemark.identity import check_identity
 
         check_identity(config)
-    spark = _session(config, "stream")
+    spark = session_for(config, "stream")
     processor = run_stream(spark, config, once=args.once, echo=_echo, reset=args.reset_checkpoint)
     done = [s for s in processor.summaries if not s.skipped]
     _echo(f"[{config.pipeline}] stopped after {len(done)} batches, {sum(s.events for s in done):,} events")
@@ -260,7 +250,7 @@ def _default_range(spark, config: PipelineConfig) -> tuple[int, int]:
     row = (
         T.read_table(spark, path)
         .agg(F.min(F.unix_millis("window_start")), F.max(F.unix_millis("window_end")))
-        .first()
+        .collect()[0]
     )
     return int(row[0]), int(row[1])
 
@@ -269,7 +259,7 @@ def cmd_reconcile(args) -> int:
     from tidemark.reconcile import reconcile
 
     config = load_config(args.config)
-    spark = _session(config, "reconcile")
+    spark = session_for(config, "reconcile")
     if args.start is None or args.end is None:
         start, end = _default_range(spark, config)
         start = args.start if args.start is not None else start
@@ -331,7 +321,7 @@ def cmd_validate(args) -> int:
     from tidemark.quality import validate_pipeline
 
     config = load_config(args.config)
-    spark = _session(config, "validate") if args.spark else None
+    spark = session_for(config, "validate") if args.spark else None
     outcome = validate_pipeline(
         config,
         args.start,
@@ -362,7 +352,7 @@ def cmd_report(args) -> int:
         raise ConfigError("report: --spark and --outcome need --validate")
     outcome, docs = None, data_docs_index(config, args.quality_dir)
     if args.validate:
-        spark = _session(config, "quality") if args.spark else None
+        spark = session_for(config, "quality") if args.spark else None
         outcome = validate_pipeline(config, args.start, args.end, spark=spark, quality_dir=args.quality_dir)
         if args.outcome:
             from tidemark.liveness import write_json_atomic
@@ -398,13 +388,26 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tidemark.generator import Scenario
-
     parser = argparse.ArgumentParser(
         prog="tidemark",
         description="Exactly-once streaming with a precise watermark, reconciled against batch.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (
+        _add_generate_command,
+        _add_stream_command,
+        _add_reconcile_command,
+        _add_watermark_command,
+        _add_validate_command,
+        _add_report_command,
+        _add_demo_command,
+    ):
+        add_command(sub)
+    return parser
+
+
+def _add_generate_command(sub) -> None:
+    from tidemark.generator import Scenario
 
     gen = sub.add_parser(
         "generate",
@@ -436,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_options(gen, Scenario())
     gen.set_defaults(func=cmd_generate)
 
+
+def _add_stream_command(sub) -> None:
     st = sub.add_parser(
         "stream",
         help="run the exactly-once streaming job for a pipeline",
@@ -458,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.set_defaults(func=cmd_stream)
 
+
+def _add_reconcile_command(sub) -> None:
     rc = sub.add_parser(
         "reconcile",
         help="recompute windows in batch from the raw source and diff them with the stream",
@@ -492,6 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rc.set_defaults(func=cmd_reconcile)
 
+
+def _add_watermark_command(sub) -> None:
     wm = sub.add_parser(
         "watermark",
         help="print a pipeline's watermark status (no Spark: reads the persisted state)",
@@ -509,6 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     wm.set_defaults(func=cmd_watermark)
 
+
+def _add_validate_command(sub) -> None:
     va = sub.add_parser(
         "validate",
         help="run the Great Expectations suites (expectations/) over a pipeline's tables",
@@ -538,6 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--no-docs", action="store_true", help="do not rebuild the Data Docs")
     va.set_defaults(func=cmd_validate)
 
+
+def _add_report_command(sub) -> None:
     rp = sub.add_parser(
         "report",
         help="write the self-contained HTML reconciliation report of a pipeline",
@@ -572,6 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.set_defaults(func=cmd_report)
 
+
+def _add_demo_command(sub) -> None:
+    from tidemark.generator import Scenario
+
     demo = sub.add_parser(
         "demo",
         help="bounded end-to-end run: generate, stream in micro-batches, reconcile, report",
@@ -595,7 +612,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_scenario_options(demo, Scenario(lag_minutes=5.0))
     demo.set_defaults(func=cmd_demo)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -611,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except Exception as exc:  # one line for known set-up problems; tracebacks for the rest
         from tidemark.identity import IdentityError
-        from tidemark.sparkenv import SetupError
+        from tidemark.resources import SetupError
 
         if isinstance(exc, (SetupError, IdentityError)):
             print(f"tidemark: error: {exc}", file=sys.stderr)

@@ -80,7 +80,7 @@ def deduplicate(
 
     # A candidate's event time is at most its host's progress, so at most the highest progress:
     # one comparison with a constant finds a superset of the candidates without joining the
-    # hosts (which costs ~0.2 s per 500k rows); the driver then tests each suspect against its
+    # hosts (docs/benchmarks.md); the driver then tests each suspect against its
     # own host's progress.
     ceiling = int(progress["progress_ms"].max()) if not progress.empty else None
     below = _at_or_below(ceiling) if ceiling is not None else F.lit(False)
@@ -116,7 +116,7 @@ def deduplicate(
     # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
     # no candidate cannot be there, so the lookup only costs time).
     suspects = suspects.persist()
-    lo = suspects.agg(F.min("event_time")).first()[0] if ceiling is not None else None
+    lo = suspects.agg(F.min("event_time")).collect()[0][0] if ceiling is not None else None
     kept = catalog.anti_join_spark(spark, suspects, (lo, ceiling)).dropDuplicates(["event_id"]).persist()
     n_kept = kept.count()
     lap("dedup_spark")

@@ -34,9 +34,8 @@ def write_demo_config(workdir: Path, files_per_batch: int) -> Path:
 
 
 def run_demo(args, scenario: Scenario, echo=print) -> int:
-    from tidemark.cli import _session
     from tidemark.reconcile import reconcile
-    from tidemark.sparkenv import runtime_line
+    from tidemark.sparkenv import runtime_line, session_for
     from tidemark.status import read_status
     from tidemark.stream import run_stream
 
@@ -48,6 +47,7 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     config = load_config(config_path)
 
     echo(f"== 1/3 generate -> {config.source.path}")
+    assert config.source.path is not None  # the demo's config is a files source
     truth = generate_files(scenario, config.source.path)
     echo(
         f"   {truth.unique_events:,} unique events from {scenario.hosts:,} hosts over "
@@ -57,7 +57,7 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     )
 
     echo(f"== 2/3 stream ({args.files_per_batch} files per micro-batch)")
-    spark = _session(config, "demo")
+    spark = session_for(config, "demo")
     echo(f"   {runtime_line(spark)}")
     processor = run_stream(spark, config, once=True, echo=lambda m: echo("   " + m))
     batches = [s for s in processor.summaries if not s.skipped]

@@ -142,11 +142,13 @@ def assess(
     if beat is None or (launched_at is not None and beat.get("written_at_ms", 0) < launched_at):
         # Nothing written since the last launch: still starting, or it died on the way up.
         if launch and launch.get("host") == local and launch.get("pid"):
-            pid = int(launch["pid"])
-            if pid_alive(pid) and now - launched_at <= start_grace_ms:
-                return Liveness(STARTING, f"launched {humanize_ms(now - launched_at)} ago", pid)
-            if pid_alive(pid):
-                return Liveness(HUNG, f"no heartbeat {humanize_ms(now - launched_at)} after launch", pid)
+            launched_pid = int(launch["pid"])
+            since = None if launched_at is None else now - int(launched_at)
+            if pid_alive(launched_pid) and since is not None and since <= start_grace_ms:
+                return Liveness(STARTING, f"launched {humanize_ms(since)} ago", launched_pid)
+            if pid_alive(launched_pid):
+                after = "" if since is None else f" {humanize_ms(since)}"
+                return Liveness(HUNG, f"no heartbeat{after} after launch", launched_pid)
         reason = "no heartbeat since the last launch" if launch else "never started"
         return Liveness(DEAD, reason)
     age = now - int(beat["written_at_ms"])

@@ -1,11 +1,7 @@
 """Ship Tidemark's code to Spark executors, and the spark-submit line for a cluster.
 
-On a cluster the executors must run the driver's copy of ``tidemark``, not whatever happens to be
-importable on the worker machines. :func:`code_archive` zips ``spark_jobs/tidemark`` (``.py``
-files only, fixed timestamps, so the same code gives the same bytes) into
-``<dist>/tidemark-<version>-<sha12>.zip``; the content hash in the name means an executor never
-reuses a stale copy. It goes to the executors through ``--py-files`` (spark-submit) or
-``SparkContext.addPyFile`` (:func:`tidemark.sparkenv.build_session` on a non-local master).
+On a cluster the executors must run the driver's copy of ``tidemark``: the code archive
+(:func:`tidemark.archive.code_archive`) goes to them through ``--py-files``.
 
 ``python -m tidemark.packaging archive`` prints the archive's path;
 ``python -m tidemark.packaging submit JOB.py --master URL [-- job args]`` runs spark-submit with
@@ -15,64 +11,24 @@ the cached jars (``--jars``) and the archive (``--py-files``).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import os
 import subprocess
 import sys
-import zipfile
 from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
 
-from tidemark.resources import JOBS, dist_dir, entrypoint
+from tidemark.archive import code_archive
+from tidemark.resources import JOBS, SetupError, entrypoint
+from tidemark.sparkenv import cached_jars, jvm_conf
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-_ZIP_TIME = (2000, 1, 1, 0, 0, 0)
-__all__ = ["code_archive", "dist_dir", "spark_submit_command", "submit_env"]
-
-
-def _archive_bytes() -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in sorted(PACKAGE_DIR.rglob("*.py")):
-            if "__pycache__" in file.parts:
-                continue
-            info = zipfile.ZipInfo(f"tidemark/{file.relative_to(PACKAGE_DIR).as_posix()}", _ZIP_TIME)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, file.read_bytes())
-    return buffer.getvalue()
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tidemark")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "0"
-
-
-def code_archive(out_dir: Path | None = None) -> Path:
-    """The zip of the current ``tidemark`` sources, written once per content hash."""
-    data = _archive_bytes()
-    folder = out_dir or dist_dir()
-    target = folder / f"tidemark-{_version()}-{hashlib.sha256(data).hexdigest()[:12]}.zip"
-    if not target.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}")
-        partial.write_bytes(data)
-        partial.replace(target)  # atomic: a concurrent job never ships half a zip
-    return target
+__all__ = ["code_archive", "spark_submit_command", "submit_env"]
 
 
 def spark_home() -> Path:
     """pyspark's own distribution (bin/spark-submit, bin/spark-class, jars/)."""
     spec = find_spec("pyspark")
     if spec is None or spec.origin is None:
-        from tidemark.sparkenv import SetupError
-
         raise SetupError("pyspark is not installed in this Python: run scripts/setup.sh")
     return Path(os.environ.get("SPARK_HOME") or Path(spec.origin).parent)
 
@@ -90,8 +46,6 @@ def spark_submit_command(
     Client deploy mode: the driver runs here (Python applications cannot use cluster mode on a
     standalone master); the executors get the jars from the cache and the code archive.
     """
-    from tidemark.sparkenv import cached_jars, jvm_conf
-
     script = Path(job)
     if not script.is_file() and script.stem in JOBS and script.name in (script.stem, f"{script.stem}.py"):
         script = entrypoint(script.stem)
@@ -164,8 +118,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args, job_args = parser.parse_args(argv[:split]), argv[split + 1 :]
-    from tidemark.sparkenv import SetupError
-
     try:
         if args.command == "archive":
             print(code_archive())

@@ -241,11 +241,10 @@ def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int
     * Rows are repartitioned by the hash before the aggregation: each id's copies meet in one
       task anyway, and the parsing tasks no longer build a hash map that removes almost nothing
       (retries are ~1% of the rows). At least :data:`RECOMPUTE_MIN_PARTITIONS` of them: smaller
-      hash maps aggregate faster (2 -> 16-32 partitions: the aggregating stage's task time
-      5.1 -> 3.3-3.7 s).
+      hash maps aggregate faster.
     * No filter on the parsed rows: Spark pushes a filter below the parse, inlining the
-      validation into the predicate where it runs once per reference (each re-parsing the line;
-      10× the time at 1M lines). Rows that are not wanted events group apart (``_ev`` false) and
+      validation into the predicate where it runs once per reference (each re-parsing the
+      line). Rows that are not wanted events group apart (``_ev`` false) and
       are dropped after the aggregation.
     """
     from pyspark.sql import functions as F
@@ -327,11 +326,9 @@ def reconcile(
     target = config.reconcile.target if target is None else target
     watermark = stream_watermark(config)
 
-    batch = (
-        recompute_windows(spark, config, start_ms, end_ms)
-        .select("window_start_ms", "key", F.col("events").alias("batch"))
-        .toPandas()
-        .astype({"window_start_ms": "int64", "batch": "int64"})
+    recomputed = recompute_windows(spark, config, start_ms, end_ms)
+    batch = T.to_pandas(recomputed.select("window_start_ms", "key", F.col("events").alias("batch"))).astype(
+        {"window_start_ms": "int64", "batch": "int64"}
     )
     stream = _per_key(config, S.WINDOWS, start_ms, end_ms).rename(columns={"n": "stream"})
     late = _per_key(config, S.LATE_EVENTS, start_ms, end_ms).rename(columns={"n": "late"})

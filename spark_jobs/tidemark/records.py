@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tidemark.config import ValidationConfig
-from tidemark.sparkenv import SetupError
+from tidemark.resources import SetupError
 from tidemark.timeutil import format_instant_ms
 
 if TYPE_CHECKING:
@@ -75,9 +75,8 @@ NATIVE_TYPE = (
     "key:string,value:double,heartbeat:boolean>"
 )
 # The rules still checked in SQL on a line the fast path claimed (names of :func:`_checks`). It
-# never claims an oversized line (not given to it), one with a NUL byte (UTF8String.indexOf, the
-# SQL check, was 7% of the parse stage's samples) nor one with invalid UTF-8 (it sees U+FFFD
-# there; the SQL check cost ~0.5 s of task time per 5M lines).
+# never claims an oversized line (not given to it), one with a NUL byte nor one with invalid
+# UTF-8 (it sees U+FFFD there), so those checks run in SQL on every line.
 LINE_AND_CONFIG_RULES = ("min_event_time", "skew_msg", "skew_arrival")
 
 
@@ -168,18 +167,26 @@ def _absent(type_col: str) -> Column:
     return F.col(type_col).isNull() | (F.col(type_col) == "VOID")
 
 
-def _checks(rules: ValidationConfig) -> list[tuple[str, Column, Column | str]]:
-    """Every rule as (name, broken?, reason), in the order a reader would check them."""
+Check = tuple[str, "Column", "Column | str"]
+
+
+def _checks(rules: ValidationConfig) -> list[Check]:
+    """Every rule as (name, broken?, reason), in the order a reader would check them: the line
+    itself, the identity fields, the times, the optional fields."""
+    return [*_line_checks(rules), *_identity_checks(), *_time_checks(rules), *_optional_checks()]
+
+
+def _wrong_type(field: str, type_col: str, want: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.concat(F.lit(f"{field} must be {want}, got "), F.col(type_col))
+
+
+def _line_checks(rules: ValidationConfig) -> list[Check]:
+    """Size, bytes and JSON shape of the line."""
     from pyspark.sql import functions as F
 
     raw, v = F.col("raw"), F.col("_v")
-    is_hb = F.coalesce(F.col("heartbeat"), F.lit(False)) & (F.col("_t_heartbeat") == "BOOLEAN")
-    skew_s = rules.max_clock_skew / 1000
-    min_et = format_instant_ms(rules.min_event_time)
-
-    def wrong_type(field: str, type_col: str, want: str) -> Column:
-        return F.concat(F.lit(f"{field} must be {want}, got "), F.col(type_col))
-
     return [
         (
             "oversized",
@@ -201,16 +208,25 @@ def _checks(rules: ValidationConfig) -> list[tuple[str, Column, Column | str]]:
         ("invalid_json", v.isNull(), "invalid JSON"),
         # The type is only rendered for the (rare) line that is not an object.
         ("not_object", F.col("_f").isNull(), F.concat(F.lit("not a JSON object: "), F.schema_of_variant(v))),
+    ]
+
+
+def _identity_checks() -> list[Check]:
+    """heartbeat, event_id (not required of a heartbeat) and host."""
+    from pyspark.sql import functions as F
+
+    is_hb = F.coalesce(F.col("heartbeat"), F.lit(False)) & (F.col("_t_heartbeat") == "BOOLEAN")
+    return [
         (
             "heartbeat_type",
             ~_absent("_t_heartbeat") & (F.col("_t_heartbeat") != "BOOLEAN"),
-            wrong_type("heartbeat", "_t_heartbeat", "a boolean"),
+            _wrong_type("heartbeat", "_t_heartbeat", "a boolean"),
         ),
         ("event_id_missing", ~is_hb & _absent("_t_event_id"), "missing event_id"),
         (
             "event_id_type",
             ~is_hb & (F.col("_t_event_id") != "STRING"),
-            wrong_type("event_id", "_t_event_id", "a string"),
+            _wrong_type("event_id", "_t_event_id", "a string"),
         ),
         ("event_id_empty", ~is_hb & (F.trim(F.col("event_id")) == ""), "empty event_id"),
         (
@@ -219,18 +235,28 @@ def _checks(rules: ValidationConfig) -> list[tuple[str, Column, Column | str]]:
             f"event_id longer than {MAX_ID_CHARS} characters",
         ),
         ("host_missing", _absent("_t_host"), "missing host"),
-        ("host_type", F.col("_t_host") != "STRING", wrong_type("host", "_t_host", "a string")),
+        ("host_type", F.col("_t_host") != "STRING", _wrong_type("host", "_t_host", "a string")),
         ("host_empty", F.trim(F.col("host")) == "", "empty host"),
         (
             "host_pattern",
             ~F.col("host").rlike(HOST_PATTERN),
             "host has characters outside [A-Za-z0-9._:-] or is longer than 253",
         ),
+    ]
+
+
+def _time_checks(rules: ValidationConfig) -> list[Check]:
+    """event_time and msg_time: types, the minimum, clock skew against msg_time and arrival."""
+    from pyspark.sql import functions as F
+
+    skew_s = rules.max_clock_skew / 1000
+    min_et = format_instant_ms(rules.min_event_time)
+    return [
         ("event_time_missing", _absent("_t_event_time"), "missing event_time"),
         (
             "event_time_type",
             ~F.col("_t_event_time").isin(*_INTEGER_TYPES),
-            wrong_type("event_time", "_t_event_time", "integer epoch ms"),
+            _wrong_type("event_time", "_t_event_time", "integer epoch ms"),
         ),
         (
             "min_event_time",
@@ -240,7 +266,7 @@ def _checks(rules: ValidationConfig) -> list[tuple[str, Column, Column | str]]:
         (
             "msg_time_type",
             ~_absent("_t_msg_time") & ~F.col("_t_msg_time").isin(*_INTEGER_TYPES),
-            wrong_type("msg_time", "_t_msg_time", "integer epoch ms"),
+            _wrong_type("msg_time", "_t_msg_time", "integer epoch ms"),
         ),
         (
             "skew_msg",
@@ -261,10 +287,18 @@ def _checks(rules: ValidationConfig) -> list[tuple[str, Column, Column | str]]:
                 F.lit(f"s ahead of arrival (limit {skew_s:g}s)"),
             ),
         ),
+    ]
+
+
+def _optional_checks() -> list[Check]:
+    """Types of the optional key and value."""
+    from pyspark.sql import functions as F
+
+    return [
         (
             "key_type",
             ~_absent("_t_key") & (F.col("_t_key") != "STRING"),
-            wrong_type("key", "_t_key", "a string"),
+            _wrong_type("key", "_t_key", "a string"),
         ),
         (
             "value_type",
@@ -273,12 +307,12 @@ def _checks(rules: ValidationConfig) -> list[tuple[str, Column, Column | str]]:
                 F.col("_t_value").isin(*_INTEGER_TYPES, *_FLOAT_TYPES)
                 | F.col("_t_value").startswith("DECIMAL")
             ),
-            wrong_type("value", "_t_value", "a number"),
+            _wrong_type("value", "_t_value", "a number"),
         ),
     ]
 
 
-def _first_broken(checks: list[tuple[str, Column, Column | str]]) -> Column:
+def _first_broken(checks: list[Check]) -> Column:
     """The reason of the first broken rule, NULL when none is."""
     from pyspark.sql import functions as F
 

@@ -22,6 +22,11 @@ import sys
 from importlib.resources import files
 from pathlib import Path
 
+
+class SetupError(RuntimeError):
+    """The machine is missing something set-up should have provided."""
+
+
 JOBS = ("stream_job", "reconcile_job", "quality_job")
 
 

@@ -94,7 +94,7 @@ def source_lines(
         from tidemark.kafka import read_topic
 
         assert src.bootstrap_servers is not None and src.topic is not None
-        starting = src.starting_offsets
+        starting: str = src.starting_offsets
         if resume is not None and resume.kafka_offsets is not None:
             starting = resume.kafka_starting_offsets(src.bootstrap_servers, src.topic)
         return read_topic(

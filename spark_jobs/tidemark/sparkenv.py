@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.resources import jars_dir
+from tidemark.resources import SetupError, jars_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from tidemark.config import PipelineConfig
 
 # tidemark-udf: the record parser's JVM fast path, compiled by set-up (spark_jobs/jvm).
 REQUIRED_JAR_PREFIXES = ("delta-spark_", "delta-storage-", "tidemark-udf")
@@ -26,10 +28,6 @@ KAFKA_JAR_PREFIXES = (
     "kafka-clients-",
     "commons-pool2-",
 )
-
-
-class SetupError(RuntimeError):
-    """The machine is missing something set-up should have provided."""
 
 
 def cached_jars(
@@ -77,10 +75,9 @@ def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "3g",
         "spark.sql.adaptive.enabled": "true",
-        # Input splits of at most 32 MB (Spark's default: 128 MB). A batch read of a few large
-        # files then runs in enough tasks to keep every core busy to the end: the recompute of
-        # 5M lines (629 MB, 55 files) read in 26 tasks instead of 8, 6.8 -> 6.0 s on 2 cores.
-        # The stream's micro-batches (a few files) are split finer than this already.
+        # Input splits of at most 32 MB (Spark's default: 128 MB): a batch read of a few large
+        # files runs in enough tasks to keep every core busy to the end (figures: the settings
+        # table of docs/benchmarks.md). The stream's micro-batches are split finer already.
         "spark.sql.files.maxPartitionBytes": "32m",
         # Tidemark's own plan keeps no Spark state (its dedup catalog is the events table). A
         # stateful query in a Tidemark session (the benchmarks' plain Spark job) gets RocksDB,
@@ -89,19 +86,17 @@ def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        # Counting the store's rows costs a RocksDB read per write (it cost Spark's dedup operator
-        # ~8%); a state operator's numRowsTotal metric is then not reported.
+        # Counting the store's rows costs a RocksDB read per write; a state operator's
+        # numRowsTotal metric is then not reported.
         "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         # Each micro-batch is cached once and read by a few small jobs: compressing the cache
-        # cost more than it saved (500k lines: 3.8 s -> 2.9 s to build, ~200 MB held per batch).
+        # costs more than it saves.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # Columns unique (or nearly) per row, in events and late_events: Parquet's dictionary
         # encoder hashes every value until the dictionary outgrows its page and falls back to
-        # plain anyway (a JFR profile of an exactly_once run: a third of the Delta write's
-        # samples). A 500k-row events write, best of 4: 0.72 -> 0.61 s; files 7% larger. Delta
-        # ignores per-write Parquet options, so this is the session's setting, by column name:
-        # any table the session writes with such a column gets it.
+        # plain anyway. Delta ignores per-write Parquet options, so this is the session's
+        # setting, by column name: any table the session writes with such a column gets it.
         **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in PLAIN_ENCODED_COLUMNS},
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
         "spark.databricks.delta.snapshotPartitions": "2",
@@ -121,7 +116,7 @@ def build_session(
     ``master`` defaults to ``$TIDEMARK_SPARK_MASTER`` or ``local[2]``. When the job is launched by
     spark-submit, the master, jars and ``--py-files`` given there win (the builder only fills what
     is unset). On a cluster master the executors get this code as a zip
-    (:func:`tidemark.packaging.code_archive`) unless spark-submit already shipped one, never
+    (:func:`tidemark.archive.code_archive`) unless spark-submit already shipped one, never
     whatever is importable on the workers.
     """
     from pyspark.sql import SparkSession
@@ -139,17 +134,27 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     context = session.sparkContext
-    if ships_code(context.master, context.getConf().get("spark.submit.pyFiles", "")):
-        from tidemark.packaging import code_archive
+    if ships_code(context.master or "", context.getConf().get("spark.submit.pyFiles") or ""):
+        from tidemark.archive import code_archive
 
         context.addPyFile(str(code_archive()))
     session.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
     return session
 
 
+def session_for(config: PipelineConfig, app: str) -> SparkSession:
+    """The session a ``tidemark`` command runs ``config``'s pipeline in (its ``spark:`` block)."""
+    return build_session(
+        app_name=f"tidemark-{app}-{config.pipeline}",
+        master=config.spark.master,
+        shuffle_partitions=config.spark.shuffle_partitions,
+        extra_conf=config.spark.conf,
+    )
+
+
 def runtime_line(spark: SparkSession) -> str:
     """``Spark 4.1.3 on Java 21.0.8 (local[2])``: what the job really runs on, for its first line."""
-    java = spark.sql("SELECT reflect('java.lang.System', 'getProperty', 'java.version')").first()[0]
+    java = spark.sql("SELECT reflect('java.lang.System', 'getProperty', 'java.version')").collect()[0][0]
     return f"Spark {spark.version} on Java {java} ({spark.sparkContext.master})"
 
 

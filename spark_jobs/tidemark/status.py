@@ -50,12 +50,12 @@ class PipelineStatus:
         }
 
     def text(self, limit: int = 20) -> str:
-        s = self.status
+        s, lag = self.status, _lag(self.status)
         lines = [
             f"pipeline      {self.pipeline}",
             f"state         {s.state}",
             f"watermark     {format_instant_ms(s.watermark_ms)}"
-            + (f"  ({humanize_ms(_lag(s))} behind the median host)" if _lag(s) is not None else ""),
+            + (f"  ({humanize_ms(lag)} behind the median host)" if lag is not None else ""),
             "last advanced "
             + (f"{humanize_ms(s.since_advance_ms)} ago" if s.since_advance_ms is not None else "-")
             + f"; last batch {self.batch_id if self.batch_id is not None else '-'} committed "
@@ -67,8 +67,8 @@ class PipelineStatus:
             lines.append(f"lagging hosts (worst first, {min(limit, len(s.lagging))} of {len(s.lagging)}):")
             for h in s.lagging[:limit]:
                 progress = format_instant_ms(h.progress_ms) if h.progress_ms is not None else "never reported"
-                lag = humanize_ms(h.lag_ms) if h.lag_ms is not None else "-"
-                lines.append(f"  {h.host:<24} {progress:<26} lag {lag}")
+                behind = humanize_ms(h.lag_ms) if h.lag_ms is not None else "-"
+                lines.append(f"  {h.host:<24} {progress:<26} lag {behind}")
         return "\n".join(lines)
 
 

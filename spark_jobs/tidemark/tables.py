@@ -14,7 +14,7 @@ Readers outside Spark (the Airflow side, the report, ``tidemark watermark``) use
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from tidemark import faults
 from tidemark.config import PipelineConfig
@@ -60,7 +60,12 @@ class TableWriter:
         faults.reached(f"after:{table}", batch_id)
 
     def write_local(
-        self, data: pa.Table, table: str, batch_id: int, mode: str = "append", merge_schema: bool = False
+        self,
+        data: pa.Table,
+        table: str,
+        batch_id: int,
+        mode: Literal["append", "overwrite"] = "append",
+        merge_schema: bool = False,
     ) -> int:
         """Idempotent delta-rs write of a driver-side frame; returns the table version after it.
 
@@ -159,3 +164,8 @@ def read_table(spark: SparkSession, path: str, version: int | None = None) -> Da
     if version is not None:
         reader = reader.option("versionAsOf", version)
     return reader.load(path)
+
+
+def to_pandas(frame: DataFrame) -> pd.DataFrame:
+    """A small Spark frame on the driver (pyspark types ``toPandas`` loosely)."""
+    return cast("pd.DataFrame", frame.toPandas())

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+# Where no watermark is yet (epoch ms): before the end of every window.
+NO_WATERMARK = -(2**63)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,26 +39,11 @@ class TumblingWindows:
         """Is the window starting at ``window_start_ms`` closed by ``watermark_ms``?
 
         ``window_start_ms`` is an int, a numpy array, a pandas Series or a Spark Column, and the
-        answer has the same form; no watermark yet (``None``) closes nothing."""
-        if watermark_ms is None:
-            return _all_false(window_start_ms)
-        return window_start_ms + self.size_ms <= watermark_ms
+        answer has the same form. No watermark yet (``None``) closes nothing: it compares as
+        :data:`NO_WATERMARK`, below every window's end, so each form needs no case of its own."""
+        watermark = NO_WATERMARK if watermark_ms is None else watermark_ms
+        return window_start_ms + self.size_ms <= watermark
 
     def is_late(self, event_time_ms: int, watermark_before_ms: int | None) -> bool:
         """True when the event's window was already closed before the event arrived."""
         return self.is_closed(self.start_of(event_time_ms), watermark_before_ms)
-
-
-def _all_false(like):
-    """``False`` in the form of ``like``: a bool, an array, a Series or a Spark Column."""
-    if isinstance(like, (int, np.integer)):
-        return False
-    if isinstance(like, np.ndarray):
-        return np.zeros(like.shape, dtype=bool)
-    import pandas as pd
-
-    if isinstance(like, pd.Series):
-        return pd.Series(False, index=like.index)
-    from pyspark.sql import functions as F
-
-    return F.lit(False)

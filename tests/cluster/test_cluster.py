@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_exactly_once
 
-from tidemark.packaging import dist_dir
+from tidemark.resources import dist_dir
 
 from .conftest import JOB_TIMEOUT_S, committed_batches, job_env
 

@@ -9,16 +9,9 @@ import pytest
 from helpers import write_config
 
 from tidemark.config import ConfigError
-from tidemark.quality import (
-    SUITE_NAMES,
-    batches_in_range,
-    load_suites,
-    raw_batches_frame,
-    suite_parameters,
-    suites_dir,
-    watermarks_frame,
-    windows_frame,
-)
+from tidemark.quality import SUITE_NAMES, load_suites, suite_parameters
+from tidemark.quality_frames import batches_in_range, raw_batches_frame, watermarks_frame, windows_frame
+from tidemark.resources import suites_dir
 
 
 def test_every_suite_file_loads_and_names_each_expectation():

@@ -18,7 +18,7 @@ from test_records import CASES
 from tidemark import records
 from tidemark.config import ValidationConfig
 from tidemark.records import NATIVE_UDF, parse_records, register_native_parser
-from tidemark.sparkenv import SetupError
+from tidemark.resources import SetupError
 
 ET = 1763805601123
 BASE = f'"event_id":"e","host":"h1","event_time":{ET}'

@@ -1,4 +1,4 @@
-"""tidemark.packaging and sparkenv.ships_code: what reaches a cluster's executors, without a JVM."""
+"""archive, packaging and sparkenv.ships_code: what reaches a cluster's executors, without a JVM."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemark import packaging
+from tidemark import archive, packaging
 from tidemark.resources import entrypoint
 from tidemark.sparkenv import ships_code
 
@@ -29,33 +29,32 @@ def test_session_ships_the_archive_only_to_a_cluster_that_did_not_get_one(master
 
 
 def test_code_archive_holds_every_module_and_is_named_by_its_content(tmp_path):
-    first = packaging.code_archive(tmp_path / "a")
-    second = packaging.code_archive(tmp_path / "b")
+    first = archive.code_archive(tmp_path / "a")
+    second = archive.code_archive(tmp_path / "b")
     assert first.name == second.name and first.read_bytes() == second.read_bytes()  # reproducible
     assert first.name.startswith("tidemark-") and first.suffix == ".zip"
     with zipfile.ZipFile(first) as zf:
         names = set(zf.namelist())
     sources = {
-        f"tidemark/{p.relative_to(packaging.PACKAGE_DIR).as_posix()}"
-        for p in packaging.PACKAGE_DIR.rglob("*.py")
+        f"tidemark/{p.relative_to(archive.PACKAGE_DIR).as_posix()}" for p in archive.PACKAGE_DIR.rglob("*.py")
     }
     assert names == {n for n in sources if "__pycache__" not in n}
     assert "tidemark/stream.py" in names and not any(n.endswith(".pyc") for n in names)
 
 
 def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path):
-    archive = packaging.code_archive(tmp_path)
+    shipped = archive.code_archive(tmp_path)
     command = packaging.spark_submit_command(
         "stream_job.py",
         ["--config", "c.yaml"],
         master="spark://127.0.0.1:7077",
-        archive=archive,
+        archive=shipped,
         conf={"spark.executor.memory": "1g"},
     )
     assert Path(command[0]).name == "spark-submit"
     assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"
     assert command[command.index("--deploy-mode") + 1] == "client"
-    assert command[command.index("--py-files") + 1] == str(archive)
+    assert command[command.index("--py-files") + 1] == str(shipped)
     jars = command[command.index("--jars") + 1].split(",")
     assert any(Path(j).name.startswith("delta-spark_") for j in jars)
     confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
