@@ -83,7 +83,10 @@ def main() -> None:
     over = [f for f in funcs if f[0] > 50]
     print(f"functions: {len(funcs)}, over 50 lines: {len(over)}")
     print("longest functions: " + ", ".join(f"{r} {n}" for n, r in funcs[: args.top]))
-    graph = grimp.build_graph("tidemark", "tidemark_airflow", include_external_packages=False)
+    # Imports under TYPE_CHECKING are annotations, not dependencies at run time.
+    graph = grimp.build_graph(
+        "tidemark", "tidemark_airflow", include_external_packages=False, exclude_type_checking_imports=True
+    )
     found = cycles(graph, graph.modules)
     print(f"import cycles: {len(found)}" + "".join(f"\n  {' <-> '.join(c)}" for c in found))
 

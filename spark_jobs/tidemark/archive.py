@@ -2,7 +2,7 @@
 
 On a cluster the executors must run the driver's copy of ``tidemark``, not whatever happens to be
 importable on the worker machines. :func:`code_archive` zips the installed ``tidemark`` package
-(``.py`` files only, fixed timestamps, so the same code gives the same bytes) into
+(sources and templates, fixed timestamps, so the same code gives the same bytes) into
 ``<dist>/tidemark-<version>-<sha12>.zip``; the content hash in the name means an executor never
 reuses a stale copy. It reaches the executors through ``--py-files``
 (:func:`tidemark.packaging.spark_submit_command`) or ``SparkContext.addPyFile``
@@ -21,14 +21,24 @@ from tidemark.resources import dist_dir
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _ZIP_TIME = (2000, 1, 1, 0, 0, 0)
+# Sources, and the package data a driver started by spark-submit reads from the archive (its
+# ``--py-files`` come first on the driver's path too): the report's templates, the GX suites.
+SHIPPED_SUFFIXES = (".py", ".j2", ".json")
+
+
+def shipped_files() -> list[Path]:
+    """The package's files that go into the archive, in archive order."""
+    return sorted(
+        p
+        for p in PACKAGE_DIR.rglob("*")
+        if p.is_file() and p.suffix in SHIPPED_SUFFIXES and "__pycache__" not in p.parts
+    )
 
 
 def _archive_bytes() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-        for file in sorted(PACKAGE_DIR.rglob("*.py")):
-            if "__pycache__" in file.parts:
-                continue
+        for file in shipped_files():
             info = zipfile.ZipInfo(f"tidemark/{file.relative_to(PACKAGE_DIR).as_posix()}", _ZIP_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16

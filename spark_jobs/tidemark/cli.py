@@ -344,7 +344,8 @@ def _quality_failed(outcome) -> int:
 
 
 def cmd_report(args) -> int:
-    from tidemark.quality import data_docs_index, validate_pipeline
+    from tidemark.quality import validate_pipeline
+    from tidemark.quality_site import data_docs_index
     from tidemark.report import range_report_path, report_path, write_report
 
     config = load_config(args.config)

@@ -11,12 +11,13 @@ attributes (hover for a ``<title>``; tests compare them with the Delta tables):
   closed window against the ``reconcile.target`` line.
 
 Everything comes from the committed tables through delta-rs: ``watermarks`` (one row per batch),
-``stalls``, the host-progress version the newest marker points at, and ``reconciliation``.
+``stalls``, the host-progress version the newest marker points at, and ``reconciliation``. The
+pictures' geometry is computed here (:class:`tidemark.charts.Plot`); their markup comes from the
+autoescaped macros of ``templates/dashboard.svg.j2``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING
@@ -25,11 +26,12 @@ import numpy as np
 
 from tidemark import schemas as S
 from tidemark import tables as T
-from tidemark.report import LEFT, RIGHT, STALL_COLOR, WIDTH, _e, _Plot
+from tidemark.charts import LEFT, Mark, Plot, macros, stall_spans, time_axis
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
     import pandas as pd
+    from markupsafe import Markup
 
     from tidemark.config import PipelineConfig
     from tidemark.status import PipelineStatus
@@ -38,7 +40,8 @@ HOUR_MS = 3_600_000
 HISTORY_MS = 24 * HOUR_MS
 MAX_POINTS = 720  # watermark marks drawn at most (evenly thinned, the newest always kept)
 LAG_EDGES_MS = (0, 10_000, 30_000, 60_000, 120_000, 300_000, 900_000, HOUR_MS)
-OK_COLOR, BAD_COLOR, LINE_COLOR = "#2f855a", "#c53030", "#2b6cb0"
+LINE_COLOR = "#2b6cb0"
+TEMPLATE = "dashboard.svg.j2"
 
 
 @dataclass(frozen=True)
@@ -92,22 +95,6 @@ class Dashboard:
 
 def _present(value) -> bool:
     return value is not None and value == value  # None and NaN are missing
-
-
-def stall_spans(marks: pd.DataFrame | None, stalls: pd.DataFrame | None) -> list[tuple[int, int]]:
-    """Recorded stalls as closed processing-time spans: an open stall (the ``stalls`` table's row
-    without an end, or the newest marker's ``stall_since_ms``) ends at the last batch."""
-    from tidemark.quality import stall_intervals
-
-    if marks is None or marks.empty:
-        return []
-    last = marks.sort_values("batch_id").iloc[-1]
-    has_ts = marks["batch_ts_ms"].notna().any()
-    last_ts = int(marks["batch_ts_ms"].max()) if has_ts else now_ms()
-    spans = [(s, e if e is not None else last_ts) for s, e in stall_intervals(stalls)]
-    if _present(last["stall_since_ms"]):
-        spans.append((int(last["stall_since_ms"]), last_ts))
-    return sorted(set(spans))
 
 
 def watermark_points(
@@ -172,7 +159,6 @@ def load_dashboard(config: PipelineConfig, now: int | None = None) -> Dashboard:
     from deltalake import DeltaTable
 
     from tidemark.hosts import read_hosts_file
-    from tidemark.report import _read as read
     from tidemark.status import host_progress, read_status
 
     now = now if now is not None else now_ms()
@@ -193,15 +179,16 @@ def load_dashboard(config: PipelineConfig, now: int | None = None) -> Dashboard:
     frontier = status.status.frontier_ms if status is not None else None
     never = status.status.hosts_total - status.status.hosts_reporting if status is not None else 0
     since = (int(marks["batch_ts_ms"].max()) if marks is not None and not marks.empty else now) - HISTORY_MS
+    target = float(config.reconcile.target)
     return Dashboard(
         pipeline=config.pipeline,
-        target=float(config.reconcile.target),
+        target=target,
         status=status,
         watermarks=watermark_points(marks, since),
-        stalls=[(s, e) for s, e in stall_spans(marks, read(config, S.STALLS)) if e >= since],
+        stalls=[(s, e) for s, e in stall_spans(marks, T.read_if_exists(config, S.STALLS)) if e >= since],
         lag_bins=lag_histogram(progress, frontier),
         never_reported=max(0, int(never)),
-        alignment=alignment_points(read(config, S.RECONCILIATION), float(config.reconcile.target)),
+        alignment=alignment_points(T.read_if_exists(config, S.RECONCILIATION), target),
     )
 
 
@@ -210,25 +197,15 @@ def load_dashboard(config: PipelineConfig, now: int | None = None) -> Dashboard:
 # ---------------------------------------------------------------------------------------------
 
 
-def _time_axis(x0: int, x1: int, inner_w: float) -> tuple[Callable[[float], float], list[tuple[float, str]]]:
-    span = max(x1 - x0, 1)
-
-    def sx(t: float) -> float:
-        return LEFT + inner_w * (t - x0) / span
-
-    ticks = [(sx(x0 + span * k / 6), format_instant_ms(int(x0 + span * k / 6))[11:16]) for k in range(7)]
-    return sx, ticks
-
-
-def watermark_plot(d: Dashboard) -> str:
+def watermark_plot(d: Dashboard) -> Markup:
     pts = d.watermarks
     if not pts:
-        return '<p class="empty">No committed batch yet.</p>'
+        return macros(TEMPLATE).empty("No committed batch yet.")
     times = [p.batch_ts_ms for p in pts] + [t for span in d.stalls for t in span]
     x0, x1 = min(times), max(max(times), min(times) + 1)
     y0, y1 = min(p.watermark_ms for p in pts), max(p.watermark_ms for p in pts)
     pad = max((y1 - y0) * 0.08, 30_000)
-    plot = _Plot(
+    plot = Plot(
         "plot-watermark",
         "Watermark (event time) over processing time, stalls shaded",
         y0 - pad,
@@ -237,37 +214,40 @@ def watermark_plot(d: Dashboard) -> str:
         lambda v: format_instant_ms(int(v))[11:19],
         svg_class="watermark-plot",
     )
-    sx, ticks = _time_axis(x0, x1, plot.inner_w)
-    plot.stalls(d.stalls, sx, x0, x1)
+    sx, ticks = time_axis(x0, x1, plot.inner_w)
+    plot.shade_stalls(d.stalls, sx, x0, x1)
     plot.axes(ticks, "batch processing time (UTC)")
     # a step line: the watermark holds its value until the next batch moves it
     steps = []
     for prev, cur in pairwise(pts):
         steps += [
-            (sx(prev.batch_ts_ms), plot.sy(prev.watermark_ms)),
-            (sx(cur.batch_ts_ms), plot.sy(prev.watermark_ms)),
+            Mark(sx(prev.batch_ts_ms), plot.sy(prev.watermark_ms)),
+            Mark(sx(cur.batch_ts_ms), plot.sy(prev.watermark_ms)),
         ]
-    steps.append((sx(pts[-1].batch_ts_ms), plot.sy(pts[-1].watermark_ms)))
-    plot.parts.append(
-        '<polyline class="series step" points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in steps) + '"/>'
-    )
-    for p in pts:
-        plot.parts.append(
-            f'<circle class="mark" cx="{sx(p.batch_ts_ms):.1f}" cy="{plot.sy(p.watermark_ms):.2f}" r="2.5" '
-            f'fill="{LINE_COLOR}" data-batch-id="{p.batch_id}" data-batch-ts-ms="{p.batch_ts_ms}" '
-            f'data-watermark-ms="{p.watermark_ms}" '
-            f'data-committed-ms="{p.committed_ms if p.committed_ms is not None else ""}">'
-            f"<title>batch {p.batch_id} at {format_instant_ms(p.batch_ts_ms)}: watermark "
-            f"{format_instant_ms(p.watermark_ms)}</title></circle>"
-        )
-    legend = f' <span class="legend"><i style="background:{STALL_COLOR}"></i>recorded stall</span>'
-    return plot.svg(legend)
+    steps.append(Mark(sx(pts[-1].batch_ts_ms), plot.sy(pts[-1].watermark_ms)))
+    marks = [Mark(sx(p.batch_ts_ms), plot.sy(p.watermark_ms), p) for p in pts]
+    return macros(TEMPLATE).watermark_plot(plot, steps, marks, LINE_COLOR)
 
 
-def lag_histogram_plot(d: Dashboard) -> str:
+@dataclass(frozen=True)
+class HistogramColumn:
+    """One bar of the lag histogram: a bin, or the hosts that never reported (``bin`` None)."""
+
+    label: str
+    bin: LagBin | None
+    hosts: int
+    bad: bool
+    x: float
+    centre: float
+    width: float
+    y: float
+    height: float
+
+
+def lag_histogram_plot(d: Dashboard) -> Markup:
     bins = d.lag_bins
     top = max([b.hosts for b in bins] + [d.never_reported, 1])
-    plot = _Plot(
+    plot = Plot(
         "plot-lag",
         "Hosts by how far they are behind the median host",
         0,
@@ -277,40 +257,39 @@ def lag_histogram_plot(d: Dashboard) -> str:
         svg_class="lag-histogram",
     )
     columns = [(b.label, b) for b in bins] + ([("never reported", None)] if d.never_reported else [])
-    n = len(columns)
-    width = plot.inner_w / n
+    width = plot.inner_w / len(columns)
     plot.axes(
         [(LEFT + width * (i + 0.5), label) for i, (label, _) in enumerate(columns)],
         "lag behind the median host",
     )
     base = plot.sy(0)
+    drawn = []
     for i, (label, b) in enumerate(columns):
         hosts = b.hosts if b is not None else d.never_reported
         y = plot.sy(hosts)
-        bad = b is None or b.lo_ms >= 60_000
-        attrs = (
-            f'data-lo-ms="{b.lo_ms}" data-hi-ms="{b.hi_ms if b.hi_ms is not None else ""}"'
-            if b is not None
-            else 'data-never-reported="true"'
+        drawn.append(
+            HistogramColumn(
+                label=label,
+                bin=b,
+                hosts=hosts,
+                bad=b is None or b.lo_ms >= 60_000,
+                x=LEFT + width * i + width * 0.1,
+                centre=LEFT + width * (i + 0.5),
+                width=width * 0.8,
+                y=y,
+                height=base - y,
+            )
         )
-        plot.parts.append(
-            f'<rect class="bin" x="{LEFT + width * i + width * 0.1:.1f}" y="{y:.2f}" '
-            f'width="{width * 0.8:.1f}" '
-            f'height="{base - y:.2f}" fill="{BAD_COLOR if bad else LINE_COLOR}" {attrs} data-hosts="{hosts}">'
-            f"<title>{_e(label)}: {hosts:,} hosts</title></rect>"
-            f'<text class="tick" x="{LEFT + width * (i + 0.5):.1f}" y="{y - 4:.1f}" text-anchor="middle">'
-            f"{hosts:,}</text>"
-        )
-    return plot.svg()
+    return macros(TEMPLATE).lag_histogram_plot(plot, drawn, LINE_COLOR)
 
 
-def alignment_plot(d: Dashboard) -> str:
+def alignment_plot(d: Dashboard) -> Markup:
     pts = d.alignment
     if not pts:
-        return '<p class="empty">No reconciled window in the last 24 hours.</p>'
+        return macros(TEMPLATE).empty("No reconciled window in the last 24 hours.")
     lo = min([p.alignment for p in pts] + [d.target])
     pad = max((1 - lo) * 0.15, 0.0002)
-    plot = _Plot(
+    plot = Plot(
         "plot-alignment",
         "Alignment per window, last 24 hours of reconciled windows",
         lo - pad,
@@ -320,24 +299,8 @@ def alignment_plot(d: Dashboard) -> str:
         svg_class="alignment-plot",
     )
     x0, x1 = pts[0].window_start_ms, max(pts[-1].window_start_ms, pts[0].window_start_ms + 60_000)
-    sx, ticks = _time_axis(x0, x1, plot.inner_w)
+    sx, ticks = time_axis(x0, x1, plot.inner_w)
     plot.axes(ticks)
-    ty = plot.sy(d.target)
-    plot.parts.append(
-        f'<line class="target" data-value="{d.target}" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{ty:.2f}" '
-        f'y2="{ty:.2f}"><title>target {d.target}</title></line>'
-    )
-    r = 3.5 if len(pts) <= 120 else 1.8
-    for p in pts:
-        plot.parts.append(
-            f'<circle class="window{"" if p.aligned else " below"}" cx="{sx(p.window_start_ms):.1f}" '
-            f'cy="{plot.sy(p.alignment):.2f}" r="{r}" fill="{OK_COLOR if p.aligned else BAD_COLOR}" '
-            f'data-window-start="{format_instant_ms(p.window_start_ms)}" data-alignment="{p.alignment!r}">'
-            f"<title>{format_instant_ms(p.window_start_ms)}: alignment {p.alignment:.6f}</title></circle>"
-        )
-    below = sum(1 for p in pts if not p.aligned)
-    legend = (
-        f' <span class="legend target-key">— target {d.target}</span>'
-        f' <span class="legend">{len(pts) - below:,} of {len(pts):,} windows at or above it</span>'
-    )
-    return plot.svg(legend)
+    marks = [Mark(sx(p.window_start_ms), plot.sy(p.alignment), p, p.aligned) for p in pts]
+    radius = 3.5 if len(pts) <= 120 else 1.8
+    return macros(TEMPLATE).alignment_plot(plot, d.target, plot.sy(d.target), marks, radius)

@@ -35,7 +35,7 @@ engine given a Spark session, else read into pandas up to ``max_local_events`` r
 ``<warehouse>/<pipeline>/_quality/gx`` by default (``quality_dir=`` to move it; :func:`quality_root`),
 which holds the data sources, validation definitions, every validation result (history) and the
 Data Docs site (:func:`data_docs_index`) rebuilt after each validation, with the offline history
-page (:mod:`tidemark.quality_history`). Keeping it beside the tables means two pipelines never
+page (:mod:`tidemark.quality_site`). Keeping it beside the tables means two pipelines never
 write the same GX files and a code checkout is never modified by a run; run one validation of a
 pipeline at a time (the reconciliation DAG's ``max_active_runs=1``).
 
@@ -62,6 +62,7 @@ from tidemark.quality_frames import (
     events_frame_spark,
     table_frames,
 )
+from tidemark.quality_site import data_docs_index, quality_root, write_docs_history
 from tidemark.resources import suites_dir
 from tidemark.timeutil import format_instant_ms, now_ms
 
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
 SUITE_FILE_PREFIX = "tidemark_"
 SUITE_NAMES = ("raw_events", "raw_batches", "windows", "reconciliation", "watermarks")
 SAMPLE_ROWS = 5
-QUALITY_DIR = "_quality"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,18 +306,6 @@ def suite_parameters(
 # ---------------------------------------------------------------------------------------------
 # The Great Expectations context and the results store
 # ---------------------------------------------------------------------------------------------
-
-
-def quality_root(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The GX file context's project root: ``quality_dir`` or ``<warehouse>/<pipeline>/_quality``."""
-    return Path(quality_dir) if quality_dir is not None else Path(config.tables_root) / QUALITY_DIR
-
-
-def data_docs_index(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where the Data Docs index page of the pipeline is (built or not): link this from the UI."""
-    return (
-        quality_root(config, quality_dir) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    )
 
 
 def _context(root: Path):
@@ -586,8 +574,6 @@ def _rebuild_docs(
 ) -> tuple[Path, Path]:
     """Build the context's Data Docs, fix their static links and write the history page; return
     the index page and the history page."""
-    from tidemark.quality_history import write_docs_history  # it imports this module
-
     context.build_data_docs()
     index = data_docs_index(config, quality_dir)
     fix_static_links(index.parent)

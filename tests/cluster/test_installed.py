@@ -109,16 +109,17 @@ def test_the_wheel_runs_the_demo_a_cluster_reconcile_and_the_dag_outside_the_che
     bin_dir = Path(python).parent
     timings = {"build_and_install_s": install_s}
 
-    # Everything comes from the virtualenv: code, jobs, suites, Java source, Airflow side, DAG files.
+    # Everything comes from the virtualenv: code, jobs, suites, Java source, Airflow side, DAG files,
+    # and the report's Jinja2 templates (as the report loads them).
     where = _run(
         [
             python,
             "-c",
             "import json, tidemark, tidemark_airflow; from tidemark import resources as r;"
-            "from importlib.resources import files;"
+            "from importlib.resources import files; from tidemark.charts import environment;"
             "print(json.dumps([tidemark.__file__, tidemark_airflow.__file__,"
             "str(r.entrypoint('reconcile_job')), str(r.suites_dir()), *map(str, r.java_sources()),"
-            "str(files('tidemark_airflow.dags'))]))",
+            "str(files('tidemark_airflow.dags')), environment().get_template('report.html.j2').filename]))",
         ],
         work,
     )

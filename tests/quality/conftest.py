@@ -21,7 +21,7 @@ from helpers import small_scenario, write_config
 
 from tidemark.config import PipelineConfig
 from tidemark.generator import Scenario
-from tidemark.quality import QUALITY_DIR
+from tidemark.quality_site import QUALITY_DIR
 
 # tests/conftest.py ARTIFACTS / "quality" (that module is shadowed by this one's name here)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "quality"

@@ -111,7 +111,7 @@ def test_lag_inside_an_open_stall_is_not_held_against_the_watermark():
 
 
 def test_report_locations_lists_only_published_pages_without_spark(tmp_path):
-    from tidemark.quality import data_docs_index
+    from tidemark.quality_site import data_docs_index
     from tidemark.report import report_locations, report_path
 
     config = write_config(tmp_path)

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tidemark.charts import stall_spans
 from tidemark.dashboard import (
     LAG_EDGES_MS,
     AlignmentPoint,
@@ -16,7 +17,6 @@ from tidemark.dashboard import (
     alignment_points,
     lag_histogram,
     lag_histogram_plot,
-    stall_spans,
     watermark_plot,
     watermark_points,
 )

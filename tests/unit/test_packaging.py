@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -38,8 +41,28 @@ def test_code_archive_holds_every_module_and_is_named_by_its_content(tmp_path):
     sources = {
         f"tidemark/{p.relative_to(archive.PACKAGE_DIR).as_posix()}" for p in archive.PACKAGE_DIR.rglob("*.py")
     }
-    assert names == {n for n in sources if "__pycache__" not in n}
-    assert "tidemark/stream.py" in names and not any(n.endswith(".pyc") for n in names)
+    assert sources <= names and {n for n in names if n.endswith(".py")} == sources - {
+        n for n in sources if "__pycache__" in n
+    }
+    assert "tidemark/stream.py" in names and "tidemark/templates/report.html.j2" in names
+    assert not any(n.endswith(".pyc") for n in names)
+
+
+def test_a_driver_importing_tidemark_from_the_archive_renders_the_report(tmp_path):
+    """spark-submit puts --py-files first on the driver's path too: the report's templates must
+    load from the zip (zipimport), not only from an installed package."""
+    shipped = archive.code_archive(tmp_path)
+    probe = (
+        "import tidemark, tidemark.charts as c; env = c.environment();"
+        "print(tidemark.__file__);"
+        "print(len([env.get_template(n) for n in env.list_templates()]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(shipped)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+    ).stdout.split("\n")
+    assert out[0].startswith(str(shipped)), out
+    assert int(out[1]) == len(list((archive.PACKAGE_DIR / "templates").glob("*.j2"))) >= 5
 
 
 def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path):

@@ -1,4 +1,8 @@
-"""The offline history page of a pipeline's data-quality validations: ``tidemark_history.html``
+"""Where a pipeline's data-quality site is on disk, and its offline history page.
+
+:func:`quality_root` is the Great Expectations project (``<warehouse>/<pipeline>/_quality`` by
+default), :func:`data_docs_index` its Data Docs index. The history page of the validations,
+``tidemark_history.html``
 (:data:`HISTORY_PAGE`) beside the Great Expectations Data Docs index, one row per stored
 validation result (newest first) with its verdict and failing checks, linking to GX's page for it.
 
@@ -17,8 +21,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from tidemark.config import PipelineConfig
-from tidemark.quality import data_docs_index, quality_root
 
+QUALITY_DIR = "_quality"
 HISTORY_PAGE = "tidemark_history.html"
 HISTORY_LIMIT = 500
 
@@ -30,6 +34,18 @@ _STYLE = (
     "tr.bad td:nth-child(4){color:#c53030;"
     "font-weight:600}tr.ok td:nth-child(4){color:#2f855a}"
 )
+
+
+def quality_root(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The GX file context's project root: ``quality_dir`` or ``<warehouse>/<pipeline>/_quality``."""
+    return Path(quality_dir) if quality_dir is not None else Path(config.tables_root) / QUALITY_DIR
+
+
+def data_docs_index(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the Data Docs index page of the pipeline is (built or not): link this from the UI."""
+    return (
+        quality_root(config, quality_dir) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    )
 
 
 def docs_history_page(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:

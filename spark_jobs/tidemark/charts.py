@@ -1,0 +1,186 @@
+"""What the inline SVG charts of the report (:mod:`tidemark.report_render`) and of the Airflow view's
+dashboard (:mod:`tidemark.dashboard`) share: the layout, the colours, the y axis and its ticks, the
+stall shading, and the Jinja2 environment whose templates draw them.
+
+**Geometry here, markup in templates.** A chart computes where its marks go in Python (a
+:class:`Plot` maps values to SVG coordinates and holds the axis ticks and the stall shades); the
+markup is emitted by template macros (``templates/_charts.svg.j2`` for the frame, axes and shades,
+one template per consumer for the marks), with autoescape on, so a host or pipeline name lands in
+the page as text, never as markup. :func:`macros` returns a template's macros as Python callables
+returning :class:`markupsafe.Markup`.
+
+The templates are package data (``tidemark/templates/*.j2``) loaded with ``PackageLoader``, so the
+same call works from the checkout and from an installed wheel.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from jinja2 import Environment
+
+WIDTH, HEIGHT = 860, 260
+LEFT, RIGHT, TOP, BOTTOM = 78, 34, 18, 50
+STREAM_COLOR, BATCH_COLOR, LATE_COLOR = "#2b6cb0", "#a0aec0", "#dd6b20"
+OK_COLOR, BAD_COLOR, TARGET_COLOR, STALL_COLOR = "#2f855a", "#c53030", "#c53030", "#fed7d7"
+
+
+@functools.cache
+def environment() -> Environment:
+    """The Jinja2 environment of Tidemark's pages and charts: templates from the package, every one
+    autoescaped (they are all HTML or SVG), undefined names an error."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(
+        loader=PackageLoader("tidemark", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(fmt=format, instant=format_instant_ms, duration=humanize_ms)
+    env.globals.update(
+        stall_color=STALL_COLOR, ok_color=OK_COLOR, bad_color=BAD_COLOR, stream_color=STREAM_COLOR
+    )
+    return env
+
+
+def macros(template: str) -> Any:
+    """The macros of one template, callable from Python (each returns ``Markup``)."""
+    return environment().get_template(template).module
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """About ``n`` round tick values covering ``[lo, hi]`` (steps of 1, 2, 2.5 or 5 times a power
+    of ten)."""
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    ticks, v = [], first
+    while v <= hi + step * 1e-9:
+        ticks.append(round(v, 12))
+        v += step
+    return ticks
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float  # x (on the time axis) or y (on the value axis) in SVG units
+    label: str
+
+
+@dataclass(frozen=True)
+class Shade:
+    """A recorded stall drawn as a band over the plot: ``x``/``width`` in SVG units."""
+
+    x: float
+    width: float
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One plotted mark at (x, y), with the row it stands for (None for a line's vertex)."""
+
+    x: float
+    y: float
+    item: Any = None
+    ok: bool = True
+
+
+@dataclass
+class Plot:
+    """A chart's frame: a linear y axis over ``[y0, y1]``, the x ticks the chart supplies and the
+    stall shades; the chart's macro draws the marks inside it (``_charts.svg.j2``: ``figure``)."""
+
+    id: str
+    title: str
+    y0: float
+    y1: float
+    y_label: str
+    y_fmt: Callable[[float], str]
+    svg_class: str = "plot"
+    x_label: str = "window start (UTC)"
+    x_ticks: list[Tick] = field(default_factory=list)
+    y_ticks: list[Tick] = field(default_factory=list)
+    stalls: list[Shade] = field(default_factory=list)
+
+    width = WIDTH
+    height = HEIGHT
+    left = LEFT
+    top = TOP
+    right_x = WIDTH - RIGHT  # where the plotting area ends
+    inner_w = WIDTH - LEFT - RIGHT
+    inner_h = HEIGHT - TOP - BOTTOM
+    axis_y = TOP + inner_h  # the x axis
+    mid_x = LEFT + inner_w / 2  # the x axis' label
+    mid_y = TOP + inner_h / 2  # the y axis' label
+
+    def __post_init__(self) -> None:
+        if self.y1 <= self.y0:
+            self.y1 = self.y0 + 1
+
+    def sy(self, y: float) -> float:
+        return TOP + self.inner_h * (1 - (y - self.y0) / (self.y1 - self.y0))
+
+    def axes(self, x_ticks: list[tuple[float, str]], x_label: str | None = None) -> None:
+        """Set the x ticks (position, label) and label; the y ticks follow from ``[y0, y1]``."""
+        self.y_ticks = [Tick(self.sy(t), self.y_fmt(t)) for t in nice_ticks(self.y0, self.y1)]
+        self.x_ticks = [Tick(x, label) for x, label in x_ticks]
+        if x_label is not None:
+            self.x_label = x_label
+
+    def shade_stalls(
+        self, spans: list[tuple[int, int]], sx: Callable[[float], float], x0: int, x1: int
+    ) -> None:
+        """Shade processing-time stall spans (clipped to ``[x0, x1]``; ``sx`` maps time to x)."""
+        for start, end in spans:
+            a, b = sx(max(start, x0)), sx(min(end, x1))
+            self.stalls.append(Shade(a, max(b - a, 2), start, end))
+
+
+def time_axis(
+    x0: int, x1: int, inner_w: float, label_chars: int = 5
+) -> tuple[Callable[[float], float], list[tuple[float, str]]]:
+    """The x mapping of a time axis over ``[x0, x1]`` ms and its 7 ticks, labelled ``HH:MM``
+    (``label_chars=8``: ``HH:MM:SS``)."""
+    span = max(x1 - x0, 1)
+
+    def sx(t: float) -> float:
+        return LEFT + inner_w * (t - x0) / span
+
+    ticks = [
+        (sx(x0 + span * k / 6), format_instant_ms(int(x0 + span * k / 6))[11 : 11 + label_chars])
+        for k in range(7)
+    ]
+    return sx, ticks
+
+
+def stall_spans(marks: pd.DataFrame | None, stalls: pd.DataFrame | None) -> list[tuple[int, int]]:
+    """Recorded stalls as closed processing-time spans, what the charts shade: an open stall (the
+    ``stalls`` table's row without an end, or the newest marker's ``stall_since_ms``) ends at the
+    last batch."""
+    from tidemark.quality_frames import stall_intervals
+
+    if marks is None or marks.empty:
+        return []
+    last = marks.sort_values("batch_id").iloc[-1]
+    has_ts = marks["batch_ts_ms"].notna().any()
+    last_ts = int(marks["batch_ts_ms"].max()) if has_ts else now_ms()
+    spans = [(s, e if e is not None else last_ts) for s, e in stall_intervals(stalls)]
+    since = last["stall_since_ms"]
+    if since is not None and since == since:  # None and NaN are missing
+        spans.append((int(since), last_ts))
+    return sorted(set(spans))
