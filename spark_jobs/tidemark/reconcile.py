@@ -314,7 +314,6 @@ def reconcile(
     target: float | None = None,
     write: bool = True,
 ) -> ReconcileReport:
-    from pyspark.sql import functions as F
 
     if end_ms <= start_ms:
         raise ValueError(
@@ -325,6 +324,23 @@ def reconcile(
     end_ms += (-end_ms) % size
     target = config.reconcile.target if target is None else target
     watermark = stream_watermark(config)
+
+    per_window = _per_window_counts(spark, config, start_ms, end_ms)
+    windows = [
+        _window_result(ws, row, TumblingWindows(size), watermark, target) for ws, row in per_window.iterrows()
+    ]
+    report = ReconcileReport(config.pipeline, start_ms, end_ms, target, watermark, windows)
+    if write:
+        write_report(config, report)
+    return report
+
+
+def _per_window_counts(
+    spark: SparkSession, config: PipelineConfig, start_ms: int, end_ms: int
+) -> pd.DataFrame:
+    """Per window start (sorted): the stream's, the recompute's and the late events, and
+    ``abs_diff``, the sum over keys of |stream - batch|."""
+    from pyspark.sql import functions as F
 
     recomputed = recompute_windows(spark, config, start_ms, end_ms)
     batch = T.to_pandas(recomputed.select("window_start_ms", "key", F.col("events").alias("batch"))).astype(
@@ -337,37 +353,31 @@ def reconcile(
     )
     joined[["batch", "stream", "late"]] = joined[["batch", "stream", "late"]].fillna(0).astype("int64")
     joined["abs_diff"] = (joined["stream"] - joined["batch"]).abs()
-    per_window = joined.groupby("window_start_ms")[["stream", "batch", "late", "abs_diff"]].sum().sort_index()
-    windows: list[WindowResult] = []
-    for ws, row in zip(per_window.index.tolist(), per_window.itertuples(index=False), strict=True):
-        stream_n, batch_n, late_n, diff = int(row.stream), int(row.batch), int(row.late), int(row.abs_diff)
-        closed = TumblingWindows(size).is_closed(ws, watermark)
-        if not closed:
-            alignment, aligned = None, None
-        elif batch_n == 0:
-            alignment = 1.0 if stream_n == 0 else 0.0
-            aligned = alignment >= target
-        else:
-            alignment = 1.0 - diff / batch_n
-            aligned = alignment >= target
-        windows.append(
-            WindowResult(
-                window_start_ms=ws,
-                window_end_ms=ws + size,
-                status="closed" if closed else "open",
-                stream_events=stream_n,
-                batch_events=batch_n,
-                late_events=late_n,
-                abs_diff=diff,
-                alignment=alignment,
-                aligned=aligned,
-                unexplained=batch_n - stream_n - late_n,
-            )
-        )
-    report = ReconcileReport(config.pipeline, start_ms, end_ms, target, watermark, windows)
-    if write:
-        write_report(config, report)
-    return report
+    return joined.groupby("window_start_ms")[["stream", "batch", "late", "abs_diff"]].sum().sort_index()
+
+
+def _window_result(
+    start: int, row: pd.Series, windows: TumblingWindows, watermark: int | None, target: float
+) -> WindowResult:
+    """One window's verdict. Alignment is measured on closed windows only: 1 - abs_diff / batch
+    (an empty window aligns when the stream has nothing in it either)."""
+    stream_n, batch_n, late_n, diff = (int(row[c]) for c in ("stream", "batch", "late", "abs_diff"))
+    closed = bool(windows.is_closed(int(start), watermark))
+    alignment: float | None = None
+    if closed:
+        alignment = (1.0 if stream_n == 0 else 0.0) if batch_n == 0 else 1.0 - diff / batch_n
+    return WindowResult(
+        window_start_ms=int(start),
+        window_end_ms=int(start) + windows.size_ms,
+        status="closed" if closed else "open",
+        stream_events=stream_n,
+        batch_events=batch_n,
+        late_events=late_n,
+        abs_diff=diff,
+        alignment=alignment,
+        aligned=None if alignment is None else alignment >= target,
+        unexplained=batch_n - stream_n - late_n,
+    )
 
 
 def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
