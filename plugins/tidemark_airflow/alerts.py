@@ -10,6 +10,10 @@ email a ``Message-ID`` derived from it, which receivers and mail clients use to 
 Channels are Airflow connections named in the pipeline config (``alerts.smtp_conn_id``,
 ``alerts.webhook_conn_id``): no address, URL or secret is written in code. A channel whose
 connection does not exist is skipped with a warning; an alert with no channel at all fails loudly.
+
+Every alert is made by one builder per kind, so its id, subject and body are written in one place:
+:func:`stall_alert`, :func:`recovery_alert`, :func:`restarts_alert`, :func:`misaligned_alert`,
+:func:`quality_alert` and :func:`failure_alert`.
 """
 
 from __future__ import annotations
@@ -17,13 +21,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseNotifier
 
 from tidemark.config import PipelineConfig
-from tidemark.timeutil import now_ms
+from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
+
+if TYPE_CHECKING:
+    from tidemark.liveness import Liveness
+    from tidemark.status import PipelineStatus
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +117,13 @@ class AlertLedger:
         else:
             self.data["open"][kind] = value
         self.save()
+
+    def note_restart(self, at_ms: int, window_ms: int) -> list[int]:
+        """Record a restart at ``at_ms``; return the restarts within ``window_ms`` of it, oldest first."""
+        restarts = [t for t in self.data.get("restarts", []) if at_ms - t <= window_ms] + [at_ms]
+        self.data["restarts"] = restarts
+        self.save()
+        return restarts
 
 
 def _variable_model():
@@ -205,3 +221,145 @@ def run_key(context: Any) -> str | None:
         return None
     dag, run_id = context.get("dag"), context.get("run_id")
     return f"{dag.dag_id}/{run_id}" if dag is not None and run_id else None
+
+
+# -- the alerts, one builder per kind -----------------------------------------------------------
+def _subject(pipeline: str, what: str) -> str:
+    return f"[tidemark] {pipeline}: {what}"
+
+
+def stall_alert(config: PipelineConfig, status: PipelineStatus) -> Alert:
+    """The watermark stalled (too many hosts lag); one per stall: its id is the stalled watermark."""
+    s, limit = status.status, config.alerts.max_hosts_listed
+    return Alert(
+        alert_id=f"stall:{config.pipeline}:{s.watermark_ms}",
+        pipeline=config.pipeline,
+        kind="stall",
+        subject=_subject(
+            config.pipeline,
+            f"watermark STALLED at {format_instant_ms(s.watermark_ms)} for "
+            f"{humanize_ms(s.since_advance_ms or 0)}: {s.hosts_lagging:,} hosts lag "
+            f"(allowed {s.allowed_lagging:,})",
+        ),
+        text=status.text(limit),
+        details=status.to_dict(limit),
+    )
+
+
+def recovery_alert(config: PipelineConfig, status: PipelineStatus, incident: Mapping[str, Any]) -> Alert:
+    """The stall recorded as ``incident`` (``alert_id``, ``watermark_ms``, ``noticed_at_ms``) ended."""
+    s, limit = status.status, config.alerts.max_hosts_listed
+    stalled_at = int(incident["watermark_ms"])
+    lasted = now_ms() - int(incident["noticed_at_ms"])
+    return Alert(
+        alert_id=f"{incident['alert_id']}:recovered",
+        pipeline=config.pipeline,
+        kind="recovery",
+        subject=_subject(
+            config.pipeline,
+            f"watermark advancing again, now {format_instant_ms(s.watermark_ms)} "
+            f"(stalled at {format_instant_ms(stalled_at)})",
+        ),
+        text=(
+            f"The stall noticed {humanize_ms(lasted)} ago has ended: the watermark moved from "
+            f"{format_instant_ms(stalled_at)} to {format_instant_ms(s.watermark_ms)}.\n\n"
+            + status.text(limit)
+        ),
+        details={**status.to_dict(limit), "stalled_at_ms": stalled_at},
+    )
+
+
+def restarts_alert(
+    config: PipelineConfig, restarts: list[int], state: Liveness, progress: PipelineStatus
+) -> Alert:
+    """The streaming job had to be restarted ``len(restarts)`` times within the restart window."""
+    return Alert(
+        alert_id=f"restarts:{config.pipeline}:{restarts[0]}",
+        pipeline=config.pipeline,
+        kind="restarts",
+        subject=_subject(config.pipeline, f"streaming job restarted {len(restarts)} times"),
+        text=(
+            f"The streaming job of {config.pipeline} had to be restarted {len(restarts)} times "
+            f"since {format_instant_ms(restarts[0])} (last: {state.state}, {state.reason}).\n"
+            f"Last committed batch {progress.batch_id}, watermark "
+            f"{format_instant_ms(progress.status.watermark_ms)}. "
+            "See the job log beside the checkpoint."
+        ),
+        details={"restarts": restarts, "last_state": state.state},
+    )
+
+
+def misaligned_alert(config: PipelineConfig, summary: Mapping[str, Any]) -> Alert:
+    """Windows of an interval below target, or unexplained differences (``interval_summary``)."""
+    start, end = summary["start_ms"], summary["end_ms"]
+    return Alert(
+        alert_id=f"misaligned:{config.pipeline}:{start}:{end}:{summary['reconciled_at_ms']}",
+        pipeline=config.pipeline,
+        kind="misaligned",
+        subject=_subject(
+            config.pipeline,
+            f"{len(summary['misaligned'])} windows below {summary['target']} in "
+            f"{format_instant_ms(start)} .. {format_instant_ms(end)}",
+        ),
+        text=summary["text"],
+        details={k: v for k, v in summary.items() if k != "text"},
+    )
+
+
+def quality_alert(
+    config: PipelineConfig, outcome: Mapping[str, Any], pages: Mapping[str, str], run_id: Any
+) -> Alert:
+    """Great Expectations suites failed; ``outcome`` is the quality job's verdict (JSON)."""
+    failing = list(outcome["failing"])
+    more = f" (+{len(failing) - 5})" if len(failing) > 5 else ""
+    return Alert(
+        alert_id=f"quality:{config.pipeline}:{outcome['start']}:{outcome['end']}:{run_id}:"
+        + ",".join(sorted(failing)),
+        pipeline=config.pipeline,
+        kind="quality",
+        subject=_subject(
+            config.pipeline,
+            f"data quality FAILED for {outcome['start']} .. {outcome['end']}: {', '.join(failing[:5])}{more}",
+        ),
+        text="\n".join([outcome["text"], *(f"{label}: {page}" for label, page in pages.items())]),
+        details={
+            "failing": failing,
+            "pages": dict(pages),
+            "samples": {name: rows[:3] for name, rows in outcome["samples"].items()},
+        },
+    )
+
+
+def failure_alert(config: PipelineConfig, context: Mapping[str, Any]) -> Alert:
+    """A run of a Tidemark DAG failed (DAG callback ``context``); one per run."""
+    dag_id = context["dag"].dag_id
+    run_id = context.get("run_id")
+    ti = context.get("ti")
+    task = getattr(ti, "task_id", None)
+    reason = context.get("reason") or "failed"
+    lines = [
+        f"DAG {dag_id}, run {run_id}: {reason}.",
+        f"Failed task: {task or '-'}" + (f" (try {ti.try_number})" if ti is not None and task else "") + ".",
+        *_interval_line(context),
+    ]
+    if ti is not None and getattr(ti, "log_url", None):
+        lines.append(f"Log: {ti.log_url}")
+    return Alert(
+        alert_id=f"failure:{dag_id}:{run_id}",
+        pipeline=config.pipeline,
+        kind="failure",
+        subject=_subject(
+            config.pipeline, f"{dag_id} FAILED" + (f" at {task}" if task else "") + f" ({reason})"
+        ),
+        text="\n".join(lines),
+        details={"dag_id": dag_id, "run_id": run_id, "task_id": task, "reason": reason},
+    )
+
+
+def _interval_line(context: Mapping[str, Any]) -> list[str]:
+    """The range the run covers: its ``start``/``end`` params, else its data interval."""
+    params = context.get("params") or {}
+    if params.get("start") and params.get("end"):
+        return [f"Range (params): {params['start']} .. {params['end']}."]
+    lo, hi = context.get("data_interval_start"), context.get("data_interval_end")
+    return [f"Data interval: {lo} .. {hi}."] if lo is not None and hi is not None else []

@@ -189,10 +189,10 @@ class Platform:
 
     def stop(self, echo=print) -> None:
         from tidemark.config import load_config
-        from tidemark_airflow.operators import stop_stream
+        from tidemark_airflow.hooks import StreamProcessHook
 
         if self.config_path.is_file():
-            stop_stream(load_config(self.config_path), timeout=20)
+            StreamProcessHook(load_config(self.config_path)).stop_recorded(timeout=20)
         for proc in reversed(list(self.processes.values())):
             if proc.poll() is None:
                 try:

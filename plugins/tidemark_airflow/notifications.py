@@ -33,7 +33,7 @@ class RunFailureNotifier(BaseNotifier):
         """Nothing to render; and ``dag.test()`` hands DAG callbacks a DAG without a template env."""
 
     def notify(self, context: Any) -> None:
-        from tidemark_airflow.alerts import Alert, AlertLedger, run_key, send
+        from tidemark_airflow.alerts import AlertLedger, failure_alert, run_key, send
 
         config = load_pipeline(self.config_path).config
         key = run_key(context)
@@ -42,34 +42,4 @@ class RunFailureNotifier(BaseNotifier):
         if already:
             self.log.info("run %s already alerted (%s); no failure notice", key, already)
             return
-        dag_id = context["dag"].dag_id
-        ti = context.get("ti")
-        task = getattr(ti, "task_id", None)
-        reason = context.get("reason") or "failed"
-        lines = [
-            f"DAG {dag_id}, run {context.get('run_id')}: {reason}.",
-            f"Failed task: {task or '-'}" + (f" (try {ti.try_number})" if task else "") + ".",
-            *_interval_line(context),
-        ]
-        if ti is not None and getattr(ti, "log_url", None):
-            lines.append(f"Log: {ti.log_url}")
-        alert = Alert(
-            alert_id=f"failure:{dag_id}:{context.get('run_id')}",
-            pipeline=config.pipeline,
-            kind="failure",
-            subject=f"[tidemark] {config.pipeline}: {dag_id} FAILED"
-            + (f" at {task}" if task else "")
-            + f" ({reason})",
-            text="\n".join(lines),
-            details={"dag_id": dag_id, "run_id": context.get("run_id"), "task_id": task, "reason": reason},
-        )
-        send(alert, config, context, ledger)
-
-
-def _interval_line(context: Any) -> list[str]:
-    """The range the run covers: its ``start``/``end`` params, else its data interval."""
-    params = context.get("params") or {}
-    if params.get("start") and params.get("end"):
-        return [f"Range (params): {params['start']} .. {params['end']}."]
-    lo, hi = context.get("data_interval_start"), context.get("data_interval_end")
-    return [f"Data interval: {lo} .. {hi}."] if lo is not None and hi is not None else []
+        send(failure_alert(config, context), config, context, ledger)

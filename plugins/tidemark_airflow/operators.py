@@ -10,23 +10,25 @@ config path: the config is re-read when the task runs.
 * ``DataQualitySubmitOperator``: the Great Expectations suites of the interval, Data Docs, report.
 * ``StreamLauncherOperator``: starts the streaming job through the same provider hook, detached,
   so the job does not pin a worker slot; returns once the job's first heartbeat is written.
+  Process control (start detached, wait, find by pid, stop) belongs to ``tidemark_airflow.hooks``.
 * ``StreamHealthOperator``: branch: healthy, or (re)start (kills a hung job first).
 * ``WatermarkMonitorOperator``: one stall alert per stall, one recovery notice when it ends.
 * ``ReconciliationGateOperator``: alerts on windows below target; the hour's Asset event.
+
+Operators hold their arguments and call the hook, the core (``tidemark``) and the alert builders
+(``tidemark_airflow.alerts``); they build no command and no alert themselves.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseBranchOperator, BaseOperator
+from airflow.sdk import BaseBranchOperator, BaseOperator, Context
 
 from tidemark_airflow.context import interval_ms
+from tidemark_airflow.hooks import StreamProcessHook, submit_arguments
 from tidemark_airflow.pipelines import entrypoint, load_pipeline
 
 
@@ -58,30 +60,26 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         self.job = job
         self.spark_conn_id = conn_id
 
-    def job_args(self, context) -> list[str]:
+    def job_args(self, context: Context) -> list[str]:
         return ["--config", self.config_path]
 
-    def prepare(self, context) -> None:
-        from tidemark.sparkenv import cached_jars, jvm_conf
-
+    def prepare(self, context: Context) -> None:
+        """Fill jars, conf, env and arguments from :func:`tidemark_airflow.hooks.submit_arguments`."""
         _require_connection(self.spark_conn_id, "the Spark master to submit to")
-        self.jars = self.jars or ",".join(str(j) for j in cached_jars())
-        self.conf = {**jvm_conf(), **(self.conf or {})}
-        self.application_args = [*self.job_args(context), *(self.application_args or [])]
-        python = sys.executable
-        bin_dir = str(Path(python).parent)
-        path = os.environ.get("PATH", "")
-        self.env_vars = {
-            "PYSPARK_PYTHON": python,
-            "PYSPARK_DRIVER_PYTHON": python,
-            # spark-submit is the one next to this Python (pyspark's), whatever PATH the worker has
-            "PATH": path if path.startswith(bin_dir + os.pathsep) else f"{bin_dir}{os.pathsep}{path}",
-            **(self.env_vars or {}),
-        }
+        args = submit_arguments(
+            conn_id=self.spark_conn_id,
+            name=self.name,
+            application_args=[*self.job_args(context), *(self.application_args or [])],
+            conf=self.conf,
+            jars=self.jars,
+            env_vars=self.env_vars,
+        )
+        self.jars, self.conf = args["jars"], args["conf"]
+        self.env_vars, self.application_args = args["env_vars"], args["application_args"]
 
-    def execute(self, context) -> Any:
+    def execute(self, context: Context) -> None:
         self.prepare(context)
-        return super().execute(context)
+        super().execute(context)
 
 
 class ReconcileSubmitOperator(TidemarkSparkSubmitOperator):
@@ -90,7 +88,7 @@ class ReconcileSubmitOperator(TidemarkSparkSubmitOperator):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(job="reconcile_job", **kwargs)
 
-    def job_args(self, context) -> list[str]:
+    def job_args(self, context: Context) -> list[str]:
         from tidemark.timeutil import format_instant_ms
 
         start, end = interval_ms(context)
@@ -118,14 +116,14 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(job="quality_job", **kwargs)
 
-    def outcome_path(self, context) -> Path:
-        from tidemark.quality import quality_root
+    def outcome_path(self, context: Context) -> Path:
+        from tidemark.quality_site import quality_root
 
         start, end = interval_ms(context)
         config = load_pipeline(self.config_path).config
         return quality_root(config) / "outcomes" / f"{start}-{end}.json"
 
-    def job_args(self, context) -> list[str]:
+    def job_args(self, context: Context) -> list[str]:
         from tidemark.timeutil import format_instant_ms
 
         start, end = interval_ms(context)
@@ -135,13 +133,14 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
             *("--outcome", str(self.outcome_path(context))),
         ]
 
-    def execute(self, context) -> dict[str, Any]:
+    def execute(self, context: Context) -> None:
+        """Run the quality job; its verdict (and the report's pages) is the ``verdict`` XCom."""
         import json
 
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         from tidemark.report import report_locations
-        from tidemark_airflow.alerts import Alert, send
+        from tidemark_airflow.alerts import quality_alert, send
 
         self.prepare(context)
         path = self.outcome_path(context)
@@ -157,32 +156,18 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
         config = load_pipeline(self.config_path).config
         pages = {label: str(p) for label, p in report_locations(config).items()}
         self.log.info("data quality %s; published pages: %s", outcome["success"], pages)
-        if outcome["success"]:
-            return {"success": True, "failing": [], "pages": pages}
-        lines = [outcome["text"], *(f"{label}: {page}" for label, page in pages.items())]
-        failing = outcome["failing"]
-        alert = Alert(
-            alert_id=f"quality:{config.pipeline}:{outcome['start']}:{outcome['end']}:{context.get('run_id')}:"
-            + ",".join(sorted(failing)),
-            pipeline=config.pipeline,
-            kind="quality",
-            subject=(
-                f"[tidemark] {config.pipeline}: data quality FAILED for {outcome['start']} .. "
-                f"{outcome['end']}: {', '.join(failing[:5])}"
-                + (f" (+{len(failing) - 5})" if len(failing) > 5 else "")
-            ),
-            text="\n".join(lines),
-            details={
-                "failing": failing,
-                "pages": pages,
-                "samples": {name: rows[:3] for name, rows in outcome["samples"].items()},
-            },
+        context["ti"].xcom_push(
+            key="verdict",
+            value={"success": bool(outcome["success"]), "failing": outcome["failing"], "pages": pages},
         )
+        if outcome["success"]:
+            return
+        alert = quality_alert(config, outcome, pages, context.get("run_id"))
         send(alert, config, context)
         raise AirflowFailException(alert.subject)
 
 
-class StreamLauncherOperator(TidemarkSparkSubmitOperator):
+class StreamLauncherOperator(BaseOperator):
     """Start the streaming job detached, through the provider's ``SparkSubmitHook.submit()``.
 
     A streaming job never ends, so waiting on it (what ``SparkSubmitOperator`` does) would pin a
@@ -191,72 +176,39 @@ class StreamLauncherOperator(TidemarkSparkSubmitOperator):
     and records pid, host and log in the launch file; this task waits only until the job's first
     heartbeat (``tidemark.liveness``). If the process exits first, the task fails with the log's
     tail. Between supervisor runs the job runs on its own; the supervisor DAG checks it.
+
+    ``submit`` holds any further ``SparkSubmitHook`` argument (``executor_memory``, ``packages``,
+    ...); jars, JVM options and the Python come from :func:`tidemark_airflow.hooks.submit_arguments`.
     """
 
-    SUBMIT_ARGS = (
-        *("conf", "files", "py_files", "jars", "packages", "exclude_packages", "driver_class_path"),
-        *("keytab", "principal", "proxy_user", "name", "application_args", "env_vars", "properties_file"),
-    )
+    template_fields = ("config_path",)
 
-    def __init__(self, *, start_timeout: float = 180.0, **kwargs: Any) -> None:
-        super().__init__(job="stream_job", **kwargs)
+    def __init__(
+        self,
+        *,
+        config_path: str,
+        conn_id: str = "tidemark_spark",
+        start_timeout: float = 180.0,
+        submit: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.conn_id = conn_id
         self.start_timeout = start_timeout
+        self.submit = dict(submit or {})
 
-    def execute(self, context) -> dict[str, Any]:
-        from tidemark import liveness
-
-        self.prepare(context)
+    def execute(self, context: Context) -> dict[str, Any]:
         config = load_pipeline(self.config_path).config
-        hook = stream_hook(config)
-        submit = {name: getattr(self, name) for name in self.SUBMIT_ARGS}
-        pid = hook.spawn(
-            self.application,
-            {**submit, "conn_id": self.spark_conn_id},
-            {"dag_run": str(context.get("run_id"))},
+        _require_connection(self.conn_id, "the Spark master to submit to")
+        hook = StreamProcessHook(config)
+        extra = {"name": "tidemark-stream_job", **self.submit}
+        args = submit_arguments(
+            conn_id=self.conn_id, application_args=["--config", self.config_path], **extra
         )
-        self.log.info("started %s as pid %s, log %s", config.pipeline, pid, hook.log_path)
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            state = liveness.assess(config, hang_after_ms=config.airflow.hang_after, start_grace_ms=10**12)
-            if state.state == liveness.RUNNING:
-                self.log.info("stream %s is running: %s", config.pipeline, state.reason)
-                return {"pid": pid, "log": str(hook.log_path), "state": state.state}
-            if hook.process.poll() is not None:
-                raise RuntimeError(
-                    f"streaming job {config.pipeline} exited with code {hook.process.returncode} before "
-                    f"its first heartbeat; log {hook.log_path}:\n{hook.tail()}"
-                )
-            time.sleep(2)
-        raise RuntimeError(
-            f"streaming job {config.pipeline} (pid {pid}) wrote no heartbeat within "
-            f"{self.start_timeout:.0f}s; log {hook.log_path}:\n{hook.tail()}"
-        )
-
-
-def stream_hook(config):
-    """The process-control hook of ``config``'s streaming job (launch file, log beside the checkpoint)."""
-    from tidemark import liveness
-    from tidemark_airflow.hooks import StreamProcessHook
-
-    log_path = Path(config.checkpoint).parent / f"{config.pipeline}.stream.log"
-    return StreamProcessHook(launch_path=liveness.launch_path(config), log_path=log_path)
-
-
-def stop_stream(config, timeout: float = 30.0) -> bool:
-    """Stop the job the supervisor launched (its whole process group): TERM, then KILL.
-
-    Refuses (raises) when the job was recorded on another host.
-    """
-    from tidemark import liveness
-
-    launch = liveness.read_json(liveness.launch_path(config)) or {}
-    beat = liveness.read_json(liveness.heartbeat_path(config)) or {}
-    hook = stream_hook(config)
-    recorded = {int(r["pid"]): r.get("host") for r in (launch, beat) if r.get("pid")}  # often one pid
-    stopped = False
-    for pid, host in recorded.items():
-        stopped |= hook.stop(pid, host, timeout)
-    return stopped
+        pid = hook.start_detached(entrypoint("stream_job"), args, {"dag_run": str(context.get("run_id"))})
+        state = hook.wait_for_heartbeat(self.start_timeout)
+        return {"pid": pid, "log": str(hook.log_path), "state": state.state}
 
 
 class StreamHealthOperator(BaseBranchOperator):
@@ -276,11 +228,11 @@ class StreamHealthOperator(BaseBranchOperator):
         self.healthy_task_id = healthy_task_id
         self.start_task_id = start_task_id
 
-    def choose_branch(self, context) -> str:
+    def choose_branch(self, context: Context) -> str:
         from tidemark import liveness
         from tidemark.status import read_status
         from tidemark.timeutil import format_instant_ms, now_ms
-        from tidemark_airflow.alerts import Alert, AlertLedger, send
+        from tidemark_airflow.alerts import AlertLedger, restarts_alert, send
 
         config = load_pipeline(self.config_path).config
         state = liveness.assess(config, hang_after_ms=config.airflow.hang_after)
@@ -299,30 +251,12 @@ class StreamHealthOperator(BaseBranchOperator):
             return self.healthy_task_id
         if state.state == liveness.HUNG:
             self.log.warning("stream %s is hung (%s): killing it", config.pipeline, state.reason)
-            stop_stream(config)
+            StreamProcessHook(config).stop_recorded()
         if state.state in (liveness.HUNG, liveness.DEAD) and state.reason != "never started":
             ledger = AlertLedger(config.pipeline)
-            now = now_ms()
-            window = config.airflow.restart_window
-            restarts = [t for t in ledger.data.get("restarts", []) if now - t <= window] + [now]
-            ledger.data["restarts"] = restarts
-            ledger.save()
+            restarts = ledger.note_restart(now_ms(), config.airflow.restart_window)
             if len(restarts) >= config.airflow.max_restarts:
-                alert = Alert(
-                    alert_id=f"restarts:{config.pipeline}:{restarts[0]}",
-                    pipeline=config.pipeline,
-                    kind="restarts",
-                    subject=f"[tidemark] {config.pipeline}: streaming job restarted {len(restarts)} times",
-                    text=(
-                        f"The streaming job of {config.pipeline} had to be restarted {len(restarts)} times "
-                        f"since {format_instant_ms(restarts[0])} (last: {state.state}, {state.reason}).\n"
-                        f"Last committed batch {progress.batch_id}, watermark "
-                        f"{format_instant_ms(progress.status.watermark_ms)}. "
-                        "See the job log beside the checkpoint."
-                    ),
-                    details={"restarts": restarts, "last_state": state.state},
-                )
-                send(alert, config, context, ledger)
+                send(restarts_alert(config, restarts, state, progress), config, context, ledger)
         return self.start_task_id
 
 
@@ -341,11 +275,11 @@ class WatermarkMonitorOperator(BaseOperator):
         super().__init__(**kwargs)
         self.config_path = config_path
 
-    def execute(self, context) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         from tidemark.status import read_status
-        from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
+        from tidemark.timeutil import now_ms
         from tidemark.watermark import STALLED
-        from tidemark_airflow.alerts import Alert, AlertLedger, send
+        from tidemark_airflow.alerts import AlertLedger, recovery_alert, send, stall_alert
 
         config = load_pipeline(self.config_path).config
         status = read_status(config)
@@ -353,22 +287,9 @@ class WatermarkMonitorOperator(BaseOperator):
         ledger = AlertLedger(config.pipeline)
         incident = ledger.open_incident("stall")
         limit = config.alerts.max_hosts_listed
-        summary = status.to_dict(limit)
         self.log.info("%s", status.text(limit))
         if s.state == STALLED and s.watermark_ms is not None:
-            stalled_for = s.since_advance_ms or 0
-            alert = Alert(
-                alert_id=f"stall:{config.pipeline}:{s.watermark_ms}",
-                pipeline=config.pipeline,
-                kind="stall",
-                subject=(
-                    f"[tidemark] {config.pipeline}: watermark STALLED at {format_instant_ms(s.watermark_ms)} "
-                    f"for {humanize_ms(stalled_for)}: {s.hosts_lagging:,} hosts lag "
-                    f"(allowed {s.allowed_lagging:,})"
-                ),
-                text=status.text(limit),
-                details=summary,
-            )
+            alert = stall_alert(config, status)
             send(alert, config, context, ledger)
             if not incident or incident.get("alert_id") != alert.alert_id:
                 ledger.set_incident(
@@ -376,26 +297,9 @@ class WatermarkMonitorOperator(BaseOperator):
                     {"alert_id": alert.alert_id, "watermark_ms": s.watermark_ms, "noticed_at_ms": now_ms()},
                 )
         elif incident and s.watermark_ms is not None and s.watermark_ms > incident["watermark_ms"]:
-            lasted = now_ms() - int(incident["noticed_at_ms"])
-            alert = Alert(
-                alert_id=f"{incident['alert_id']}:recovered",
-                pipeline=config.pipeline,
-                kind="recovery",
-                subject=(
-                    f"[tidemark] {config.pipeline}: watermark advancing again, now "
-                    f"{format_instant_ms(s.watermark_ms)} "
-                    f"(stalled at {format_instant_ms(incident['watermark_ms'])})"
-                ),
-                text=(
-                    f"The stall noticed {humanize_ms(lasted)} ago has ended: the watermark moved from "
-                    f"{format_instant_ms(incident['watermark_ms'])} to "
-                    f"{format_instant_ms(s.watermark_ms)}.\n\n" + status.text(limit)
-                ),
-                details={**summary, "stalled_at_ms": incident["watermark_ms"]},
-            )
-            send(alert, config, context, ledger)
+            send(recovery_alert(config, status, incident), config, context, ledger)
             ledger.set_incident("stall", None)
-        return summary
+        return status.to_dict(limit)
 
 
 class ReconciliationGateOperator(BaseOperator):
@@ -411,11 +315,11 @@ class ReconciliationGateOperator(BaseOperator):
         super().__init__(**kwargs)
         self.config_path = config_path
 
-    def execute(self, context) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
         from tidemark.timeutil import format_instant_ms
-        from tidemark_airflow.alerts import Alert, send
+        from tidemark_airflow.alerts import misaligned_alert, send
         from tidemark_airflow.reconciliation import interval_summary
 
         config = load_pipeline(self.config_path).config
@@ -423,17 +327,7 @@ class ReconciliationGateOperator(BaseOperator):
         summary = interval_summary(config, start, end)
         self.log.info("%s", summary["text"])
         if summary["misaligned"] or summary["unexplained"]:
-            alert = Alert(
-                alert_id=f"misaligned:{config.pipeline}:{start}:{end}:{summary['reconciled_at_ms']}",
-                pipeline=config.pipeline,
-                kind="misaligned",
-                subject=(
-                    f"[tidemark] {config.pipeline}: {len(summary['misaligned'])} windows below "
-                    f"{summary['target']} in {format_instant_ms(start)} .. {format_instant_ms(end)}"
-                ),
-                text=summary["text"],
-                details={k: v for k, v in summary.items() if k != "text"},
-            )
+            alert = misaligned_alert(config, summary)
             send(alert, config, context)
             raise AirflowFailException(alert.subject)
         if summary["open"]:

@@ -1,23 +1,30 @@
-"""The reconciliation rows of one interval, summarised for alerts, Asset events and the UI (no JVM)."""
+"""The reconciliation rows of one interval, summarised for alerts, Asset events and the UI (no JVM).
+
+The figures (closed, misaligned, share aligned, worst, unexplained) are
+:func:`tidemark.reconcile.alignment_summary`'s, the one definition the CLI, the report and the
+quality step use too.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
+from tidemark.reconcile import alignment_summary
 from tidemark.timeutil import format_instant_ms
 
 
-def reconciliation_rows(config: PipelineConfig, start_ms: int | None = None, end_ms: int | None = None):
+def reconciliation_rows(
+    config: PipelineConfig, start_ms: int | None = None, end_ms: int | None = None
+) -> pd.DataFrame:
     """Rows of the ``reconciliation`` table (pandas), optionally those with start <= window_start < end."""
-    import pandas as pd
-
-    path = config.table_path(S.RECONCILIATION)
-    if not T.table_exists(path):
+    frame = T.read_if_exists(config, S.RECONCILIATION)
+    if frame is None:
         return pd.DataFrame()
-    frame = T.read_local(path)
     if frame.empty:
         return frame
     frame = frame.assign(window_start_ms=T.epoch_ms(frame["window_start"]).astype("int64"))
@@ -29,21 +36,21 @@ def reconciliation_rows(config: PipelineConfig, start_ms: int | None = None, end
 
 
 def interval_summary(config: PipelineConfig, start_ms: int, end_ms: int, worst: int = 10) -> dict[str, Any]:
+    """The interval's windows against ``reconcile.target``: figures, and a text naming the worst."""
     frame = reconciliation_rows(config, start_ms, end_ms)
-    target = config.reconcile.target
     if frame.empty:
         raise RuntimeError(
             f"no reconciliation rows for {config.pipeline} in {format_instant_ms(start_ms)} .. "
             f"{format_instant_ms(end_ms)}: did the recompute run?"
         )
-    closed = frame[frame["status"] == "closed"]
-    misaligned = closed[closed["alignment"] < target]
-    unexplained = int(frame["unexplained"].abs().sum())
+    target = config.reconcile.target
+    summary = alignment_summary(frame, target)
     lines = [
         f"{config.pipeline} {format_instant_ms(start_ms)} .. {format_instant_ms(end_ms)}: "
-        f"{len(closed)} closed windows, {len(closed) - len(misaligned)} aligned at {target}, "
-        f"{len(frame) - len(closed)} open, unexplained {unexplained}"
+        f"{summary.closed} closed windows, {summary.aligned} aligned at {target}, "
+        f"{summary.open} open, unexplained {summary.unexplained}"
     ]
+    closed = frame[frame["status"] == "closed"]
     for _, row in closed.sort_values("alignment").head(worst).iterrows():
         lines.append(
             f"  {format_instant_ms(int(row['window_start_ms']))} alignment {row['alignment']:.6f} "
@@ -57,12 +64,12 @@ def interval_summary(config: PipelineConfig, start_ms: int, end_ms: int, worst: 
         "end_ms": end_ms,
         "target": target,
         "windows": len(frame),
-        "closed": len(closed),
-        "open": int(len(frame) - len(closed)),
-        "misaligned": [format_instant_ms(int(ms)) for ms in misaligned["window_start_ms"]],
-        "unexplained": unexplained,
-        "aligned_share": float((len(closed) - len(misaligned)) / len(closed)) if len(closed) else None,
-        "worst_alignment": float(closed["alignment"].min()) if len(closed) else None,
-        "reconciled_at_ms": int(reconciled_at.timestamp() * 1000) if reconciled_at is not None else 0,
+        "closed": summary.closed,
+        "open": summary.open,
+        "misaligned": [format_instant_ms(ms) for ms in summary.misaligned_ms],
+        "unexplained": summary.unexplained,
+        "aligned_share": summary.share_aligned,
+        "worst_alignment": summary.worst_alignment,
+        "reconciled_at_ms": int(reconciled_at.timestamp() * 1000) if not pd.isna(reconciled_at) else 0,
         "text": "\n".join(lines),
     }

@@ -68,7 +68,7 @@ def readable_pipelines(user) -> list[Pipeline]:
 
 
 def _quality_root(pipeline: Pipeline) -> Path:
-    from tidemark.quality import quality_root
+    from tidemark.quality_site import quality_root
 
     return quality_root(pipeline.config)
 

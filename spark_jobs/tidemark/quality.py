@@ -596,7 +596,8 @@ def fix_static_links(site: Path) -> int:
         depth = len(page.relative_to(site).parts) - 1
         prefix = "../" * depth if depth else "./"
         text = page.read_text(encoding="utf-8")
-        new = _STATIC_LINK.sub(lambda m, prefix=prefix: f"{m.group(1)}{prefix}static/", text)
+        # sub() calls the function within this iteration: it sees this page's prefix
+        new = _STATIC_LINK.sub(lambda m: f"{m.group(1)}{prefix}static/", text)  # noqa: B023
         if new != text:
             tmp = page.with_name(f".{page.name}.tmp")
             tmp.write_text(new, encoding="utf-8")

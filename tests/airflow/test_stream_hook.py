@@ -1,4 +1,4 @@
-"""The supervisor's process control (StreamProcessHook through stop_stream) on real processes."""
+"""The supervisor's process control (StreamProcessHook.stop_recorded) on real processes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from helpers import write_config
 
 from tidemark import liveness
-from tidemark_airflow.operators import stop_stream
+from tidemark_airflow.hooks import StreamProcessHook
 
 pytestmark = pytest.mark.airflow
 
@@ -34,24 +34,24 @@ def job():
         process.wait()
 
 
-def test_stop_stream_refuses_a_pid_recorded_on_another_host(tmp_path, job):
+def test_stop_recorded_refuses_a_pid_recorded_on_another_host(tmp_path, job):
     config = write_config(tmp_path, "hook")
     liveness.launch_path(config).parent.mkdir(parents=True, exist_ok=True)
     liveness.write_json_atomic(liveness.launch_path(config), {"pid": job.pid, "host": "another-host.example"})
     with pytest.raises(RuntimeError, match=r"refusing to stop pid.*another-host\.example"):
-        stop_stream(config, timeout=2)
+        StreamProcessHook(config).stop_recorded(timeout=2)
     time.sleep(0.5)
     assert job.poll() is None  # untouched
 
 
-def test_stop_stream_stops_the_whole_process_group_recorded_here(tmp_path, job):
+def test_stop_recorded_stops_the_whole_process_group_recorded_here(tmp_path, job):
     config = write_config(tmp_path, "hook")
     liveness.launch_path(config).parent.mkdir(parents=True, exist_ok=True)
     liveness.write_json_atomic(liveness.launch_path(config), {"pid": job.pid, "host": socket.gethostname()})
     time.sleep(0.5)  # let the child start
     group = subprocess.run(["pgrep", "-g", str(job.pid)], capture_output=True, text=True).stdout.split()
     assert len(group) == 2
-    assert stop_stream(config, timeout=5) is True
+    assert StreamProcessHook(config).stop_recorded(timeout=5) is True
     assert job.wait(timeout=10) is not None
     deadline = time.monotonic() + 10
     while (
