@@ -119,7 +119,7 @@ def test_the_wheel_runs_the_demo_a_cluster_reconcile_and_the_dag_outside_the_che
             "from importlib.resources import files; from tidemark.charts import environment;"
             "print(json.dumps([tidemark.__file__, tidemark_airflow.__file__,"
             "str(r.entrypoint('reconcile_job')), str(r.suites_dir()), *map(str, r.java_sources()),"
-            "str(files('tidemark_airflow.dags')), environment().get_template('report.html.j2').filename]))",
+            "environment().get_template('report.html.j2').filename, str(files('tidemark_airflow.dags'))]))",
         ],
         work,
     )
@@ -185,9 +185,10 @@ def test_the_wheel_runs_the_demo_a_cluster_reconcile_and_the_dag_outside_the_che
     dags, pipelines, home = work / "dags", work / "pipelines", work / "airflow"
     for folder in (dags, pipelines, home):
         folder.mkdir()
-    shipped = Path(paths[-1])
+    shipped = Path(paths[-1])  # the DAG files' package, printed last above
     for dag_file in shipped.glob("tidemark_*.py"):
         shutil.copy(dag_file, dags)
+    assert sorted(p.name for p in dags.iterdir()), f"no DAG files shipped in {shipped}"
     shutil.copy(config, pipelines)
     airflow_env = {
         "AIRFLOW_HOME": str(home),
