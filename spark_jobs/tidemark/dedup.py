@@ -11,7 +11,9 @@ its sources, because a host publishes in event-time order:
 * The others (retries; ties at the progress mark; records of a host out of order) are
   **candidates**: they are looked up in the events earlier batches stored within
   ``dedup_horizon`` of processing time (``ingest_ts``), with delta-rs on the driver, pruned by
-  the candidates' event-time range through Delta's file statistics.
+  the candidates' event-time ranges through Delta's file statistics: times far apart are looked
+  up as separate ranges (:func:`time_ranges`), so a retry from hours ago reads the files of its
+  own time, not every file stored since.
 * Copies inside the batch are found by a 64-bit hash of the event id (a shuffle of 8-byte
   values); only ids whose hash repeats are compared as strings.
 
@@ -47,6 +49,11 @@ NO_REMOVED = pd.DataFrame({"host": pd.Series(dtype="object"), "event_time": pd.S
 HASH = "_id_hash"
 # Up to this many suspect rows in a batch are resolved on the driver; more by Spark.
 DRIVER_MAX_ROWS = 200_000
+# Candidates' event times closer than this share one lookup range; ranges farther apart are
+# looked up each alone, so a retry from hours ago costs the catalog files of its own time, not
+# every file stored since. At most MAX_LOOKUP_RANGES ranges (the widest gaps stay breaks).
+RANGE_GAP_MS = 10 * 60_000
+MAX_LOOKUP_RANGES = 64
 
 
 @dataclass(frozen=True)
@@ -116,13 +123,49 @@ def deduplicate(
     # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
     # no candidate cannot be there, so the lookup only costs time).
     suspects = suspects.persist()
-    lo = suspects.agg(F.min("event_time")).collect()[0][0] if ceiling is not None else None
-    kept = catalog.anti_join_spark(spark, suspects, (lo, ceiling)).dropDuplicates(["event_id"]).persist()
+    kept = catalog.anti_join_spark(spark, suspects, _suspect_ranges(suspects, ceiling))
+    kept = kept.dropDuplicates(["event_id"]).persist()
     n_kept = kept.count()
     lap("dedup_spark")
     return DedupResult(
         clean.unionByName(kept), n_suspects, n_suspects - n_kept, removed=None, cached=(suspects, kept)
     )
+
+
+def _suspect_ranges(suspects: DataFrame, ceiling: int | None) -> list[tuple[int, int]]:
+    """Lookup ranges of many suspects, from the RANGE_GAP_MS buckets their times fall in (a few
+    rows to collect), cut at the ceiling: a candidate's time is at most its host's progress."""
+    from pyspark.sql import functions as F
+
+    if ceiling is None:
+        return []
+    buckets = [
+        r[0] for r in suspects.select(F.floor(F.col("event_time") / RANGE_GAP_MS)).distinct().collect()
+    ]
+    ranges: list[tuple[int, int]] = []
+    for bucket in sorted(int(b) for b in buckets):
+        lo, hi = bucket * RANGE_GAP_MS, (bucket + 1) * RANGE_GAP_MS - 1
+        if ranges and lo == ranges[-1][1] + 1:  # the next bucket: one range
+            ranges[-1] = (ranges[-1][0], hi)
+        else:
+            ranges.append((lo, hi))
+    return [(lo, min(hi, ceiling)) for lo, hi in ranges if lo <= ceiling]
+
+
+def time_ranges(
+    times, gap_ms: int = RANGE_GAP_MS, max_ranges: int = MAX_LOOKUP_RANGES
+) -> list[tuple[int, int]]:
+    """Sorted, disjoint ``[lo, hi]`` ranges (inclusive) covering every one of ``times``: times
+    closer than ``gap_ms`` share a range; at most ``max_ranges``, breaking at the widest gaps."""
+    t = np.unique(np.asarray(times, dtype=np.int64))
+    if len(t) == 0:
+        return []
+    gaps = np.diff(t)
+    breaks = np.flatnonzero(gaps > gap_ms)
+    if len(breaks) > max_ranges - 1:
+        breaks = np.sort(breaks[np.argsort(gaps[breaks], kind="stable")[::-1][: max_ranges - 1]])
+    starts, ends = np.concatenate([[0], breaks + 1]), np.concatenate([breaks, [len(t) - 1]])
+    return [(int(t[s]), int(t[e])) for s, e in zip(starts, ends, strict=True)]
 
 
 def _at_or_below(ceiling: int):
@@ -155,43 +198,51 @@ class _Catalog:
     batch_id: int
     since_ms: int
 
-    def seen(self, ids: pa.Array, lo: int, hi: int) -> set[str]:
-        """Which of ``ids`` the catalog holds (delta-rs, on the driver)."""
+    def lookup_filter(self, ranges: list[tuple[int, int]]):
+        """The catalog rows a lookup may match: earlier batches, within the horizon, event time
+        in one of ``ranges``; the files' statistics prune by each range separately."""
+        import pyarrow.dataset as ds
+
+        since = pa.scalar(self.since_ms * 1000, pa.timestamp("us", tz="UTC"))
+        in_ranges = None
+        for lo, hi in ranges:
+            one = (ds.field("event_time") >= lo) & (ds.field("event_time") <= hi)
+            in_ranges = one if in_ranges is None else in_ranges | one
+        assert in_ranges is not None, "a lookup names at least one range"
+        return (ds.field("batch_id") < self.batch_id) & in_ranges & (ds.field("ingest_ts") > since)
+
+    def seen(self, ids: pa.Array, ranges: list[tuple[int, int]]) -> set[str]:
+        """Which of ``ids`` (whose event times lie in ``ranges``) the catalog holds (delta-rs,
+        on the driver)."""
         import pyarrow.dataset as ds
         from deltalake import DeltaTable
 
-        if len(ids) == 0 or not T.table_exists(self.path):
+        if len(ids) == 0 or not ranges or not T.table_exists(self.path):
             return set()
-        since = pa.scalar(self.since_ms * 1000, pa.timestamp("us", tz="UTC"))
         found = (
             DeltaTable(self.path)
             .to_pyarrow_dataset()
             .to_table(
-                columns=["event_id"],
-                filter=(ds.field("batch_id") < self.batch_id)
-                & (ds.field("event_time") >= lo)
-                & (ds.field("event_time") <= hi)
-                & (ds.field("ingest_ts") > since)
-                & ds.field("event_id").isin(ids),
+                columns=["event_id"], filter=self.lookup_filter(ranges) & ds.field("event_id").isin(ids)
             )
         )
         return set(found["event_id"].to_pylist())
 
     def anti_join_spark(
-        self, spark: SparkSession, suspects: DataFrame, window: tuple[int | None, int | None]
+        self, spark: SparkSession, suspects: DataFrame, ranges: list[tuple[int, int]]
     ) -> DataFrame:
         """``suspects`` without the ids the catalog holds, read by Spark (many suspects)."""
         from pyspark.sql import functions as F
 
-        lo, hi = window
-        if lo is None or hi is None or not T.table_exists(self.path):
+        if not ranges or not T.table_exists(self.path):
             return suspects
+        in_ranges = F.lit(False)
+        for lo, hi in ranges:
+            in_ranges = in_ranges | F.col("event_time").between(lo, hi)
         stored = (
             T.read_table(spark, self.path)
             .where(
-                (F.col("batch_id") < self.batch_id)
-                & F.col("event_time").between(lo, hi)
-                & (F.unix_millis("ingest_ts") > self.since_ms)
+                (F.col("batch_id") < self.batch_id) & in_ranges & (F.unix_millis("ingest_ts") > self.since_ms)
             )
             .select("event_id")
         )
@@ -205,10 +256,6 @@ def _resolve_on_driver(rows: pa.Table, progress: pd.DataFrame, catalog: _Catalog
     # A host with no progress yet maps to NaN, and no comparison with NaN holds.
     candidates = frame[frame["event_time"] <= frame["host"].map(progress["progress_ms"])]
     candidate_ids = pa.array(candidates["event_id"].unique(), pa.string())
-    seen = (
-        catalog.seen(candidate_ids, int(candidates["event_time"].min()), int(candidates["event_time"].max()))
-        if len(candidates)
-        else set()
-    )
+    seen = catalog.seen(candidate_ids, time_ranges(candidates["event_time"].to_numpy()))
     keep = ~frame["event_id"].isin(seen) & ~frame["event_id"].duplicated()
     return keep.to_numpy(dtype=bool), len(candidate_ids)

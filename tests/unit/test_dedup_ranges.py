@@ -1,0 +1,76 @@
+"""The dedup catalog's lookup ranges (tidemark.dedup, delta-rs only: no JVM).
+
+A retry from hours ago must cost a lookup bounded by its own event time, not a scan of every
+catalog file stored between it and the batch's recent suspects."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from tidemark.dedup import MAX_LOOKUP_RANGES, RANGE_GAP_MS, _Catalog, time_ranges
+
+HOUR = 3_600_000
+T0 = 1_763_805_600_000  # 2025-11-22T10:00Z
+
+
+def test_ranges_cover_every_time_and_break_only_at_wide_gaps():
+    times = [T0, T0 + 1, T0 + RANGE_GAP_MS, T0 + 5 * HOUR, T0 + 5 * HOUR + 7, T0 - 20 * HOUR]
+    ranges = time_ranges(times)
+    assert ranges == [
+        (T0 - 20 * HOUR, T0 - 20 * HOUR),
+        (T0, T0 + RANGE_GAP_MS),
+        (T0 + 5 * HOUR, T0 + 5 * HOUR + 7),
+    ]
+    assert time_ranges([]) == []
+
+
+def test_ranges_are_capped_by_keeping_the_widest_gaps():
+    rng = np.random.default_rng(7)
+    times = np.sort(rng.integers(T0, T0 + 48 * HOUR, 5_000))
+    ranges = time_ranges(times, gap_ms=60_000, max_ranges=MAX_LOOKUP_RANGES)
+    assert len(ranges) == MAX_LOOKUP_RANGES  # more gaps than that are wider than a minute
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))  # sorted, disjoint
+    covered = np.zeros(len(times), dtype=bool)
+    for lo, hi in ranges:
+        covered |= (times >= lo) & (times <= hi)
+    assert covered.all()
+
+
+@pytest.fixture
+def day_of_catalog(tmp_path):
+    """An events-like table: one commit (one file) per hour of event time, 24 hours."""
+    path = str(tmp_path / "events")
+    for hour in range(24):
+        times = T0 + hour * HOUR + np.arange(0, HOUR, 60_000, dtype=np.int64)
+        write_deltalake(
+            path,
+            pa.table(
+                {
+                    "event_id": [f"h{hour:02d}-{i}" for i in range(len(times))],
+                    "event_time": times,
+                    "batch_id": np.full(len(times), hour, dtype=np.int64),
+                    "ingest_ts": pa.array(times * 1000, pa.timestamp("us", tz="UTC")),
+                }
+            ),
+            mode="append",
+        )
+    return path
+
+
+def test_an_old_retry_reads_the_files_of_its_own_time_only(day_of_catalog):
+    catalog = _Catalog(day_of_catalog, batch_id=100, since_ms=0)
+    old, recent = T0 + 1 * HOUR + 5 * 60_000, T0 + 23 * HOUR + 10 * 60_000  # 22 hours apart
+    dataset = DeltaTable(day_of_catalog).to_pyarrow_dataset()
+
+    def files_read(ranges):
+        return len(list(dataset.get_fragments(filter=catalog.lookup_filter(ranges))))
+
+    assert files_read(time_ranges([old, recent])) == 2
+    assert files_read([(old, recent)]) == 23  # one [min, max] range: every hour in between
+    ids = pa.array(["h01-5", "h23-10", "h12-0"])  # the last one is not looked for in its time
+    assert catalog.seen(ids, time_ranges([old, recent])) == {"h01-5", "h23-10"}
