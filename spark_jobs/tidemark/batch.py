@@ -36,6 +36,7 @@ from tidemark.dedup import NO_REMOVED, deduplicate
 from tidemark.hosts import ExpectedHosts
 from tidemark.identity import RunIdentity
 from tidemark.records import EVENT_FIELDS
+from tidemark.sources import is_event_col
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
 from tidemark.watermark import (
     PIPELINE_STAGES,
@@ -60,17 +61,11 @@ COLLECT_MAX_ROWS = 10_000
 
 
 def _empty_progress() -> pd.DataFrame:
-    return pd.DataFrame(
-        {"progress_ms": pd.Series(dtype="int64"), "last_batch": pd.Series(dtype="int64")},
-        index=pd.Index([], name="host", dtype="object"),
-    )
+    return S.HOST_SCHEMA.empty_table().to_pandas().set_index("host")
 
 
 def _empty_open() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(S.OPEN_COLUMNS, OPEN_DTYPES, strict=True)})
-
-
-OPEN_DTYPES = ("int64", "object", "int64", "float64")
+    return S.OPEN_SCHEMA.empty_table().to_pandas()
 
 
 @dataclass
@@ -278,8 +273,8 @@ class BatchProcessor:
         )
         cached = [batch.persist()]
         try:
-            inp, dedup = self._deduplicate(cached, batch_id, state, batch_ts, phases)
-            inp = dataclasses.replace(inp, source_progress=source.progress if source else None)
+            rows, counted, removed, dedup = self._deduplicate(cached, batch_id, state, batch_ts, phases)
+            inp = _Input(batch_id, rows, counted, removed, batch_ts, source.progress if source else None)
             summary, new_state = self.step(inp, state, phases)
         finally:
             for frame in cached:
@@ -295,12 +290,13 @@ class BatchProcessor:
         self._report(summary)
 
     def _deduplicate(self, cached: list, batch_id: int, state: PipelineState, batch_ts: int, phases: Phases):
-        """The batch's rows with ``ingest_ts``, less publisher retries (exactly_once)."""
+        """(rows, where to count them, removed copies, dedup result): the batch's rows with
+        ``ingest_ts``, less publisher retries (exactly_once)."""
         from pyspark.sql import functions as F
 
         rows = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
         if self.config.mode != "exactly_once":
-            return _Input(batch_id, rows, rows, NO_REMOVED, batch_ts, None), None
+            return rows, rows, NO_REMOVED, None
         dedup = deduplicate(
             self.spark,
             rows,
@@ -313,9 +309,9 @@ class BatchProcessor:
         )
         cached.extend(dedup.cached)
         if dedup.removed is None:  # resolved by Spark: count the deduplicated rows
-            return _Input(batch_id, dedup.rows, dedup.rows, NO_REMOVED, batch_ts, None), dedup
+            return dedup.rows, dedup.rows, NO_REMOVED, dedup
         # resolved on the driver: count the cache as it is, less the removed copies
-        return _Input(batch_id, dedup.rows, rows, dedup.removed, batch_ts, None), dedup
+        return dedup.rows, rows, dedup.removed, dedup
 
     def step(self, inp: _Input, state: PipelineState, phases: Phases) -> tuple[BatchSummary, PipelineState]:
         """One batch's tables and state, step by step (each step's wall time is a phase)."""
@@ -323,7 +319,7 @@ class BatchProcessor:
         phases.lap("parse_dedup_count")
         advance = self._advance_watermark(counts, state, inp.batch_id)
         phases.lap("host_progress")
-        good = inp.rows.where(_is_event())
+        good = inp.rows.where(is_event_col())
         closing = self._close_windows(good, counts, state, advance.watermark)
         phases.lap("aggregate_windows")
         self._write_outputs(inp, good, counts, closing, state.watermark, phases)
@@ -344,7 +340,7 @@ class BatchProcessor:
         per_host = T.to_pandas(
             inp.counted.groupBy(F.when(ok, F.col("host")).alias("host")).agg(
                 F.max(F.when(ok, F.col("event_time"))).alias("progress_ms"),
-                F.count_if(_is_event()).alias("events"),
+                F.count_if(is_event_col()).alias("events"),
                 F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
                 F.count_if(~ok).alias("quarantined"),
                 F.max("upstream_lw").alias("upstream_lw"),
@@ -634,13 +630,6 @@ def _summary(
         windows_closed=len(closing.closing),
         open_windows=len(closing.remaining),
     )
-
-
-def _is_event():
-    """A valid record that is not a heartbeat (the column ``heartbeat`` is never NULL here)."""
-    from pyspark.sql import functions as F
-
-    return F.col("reason").isNull() & ~F.col("heartbeat")
 
 
 def _without_removed(per_host: pd.DataFrame, removed: pd.DataFrame) -> pd.DataFrame:

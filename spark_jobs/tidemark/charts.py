@@ -34,9 +34,11 @@ OK_COLOR, BAD_COLOR, TARGET_COLOR, STALL_COLOR = "#2f855a", "#c53030", "#c53030"
 
 
 @functools.cache
+@functools.cache
 def environment() -> Environment:
     """The Jinja2 environment of Tidemark's pages and charts: templates from the package, every one
-    autoescaped (they are all HTML or SVG), undefined names an error."""
+    autoescaped (they are all HTML or SVG), undefined names an error. One per process: Jinja
+    compiles each template once and keeps it (the Airflow view draws on every page load)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(

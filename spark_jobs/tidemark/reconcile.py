@@ -326,9 +326,8 @@ def reconcile(
     watermark = stream_watermark(config)
 
     per_window = _per_window_counts(spark, config, start_ms, end_ms)
-    windows = [
-        _window_result(ws, row, TumblingWindows(size), watermark, target) for ws, row in per_window.iterrows()
-    ]
+    tumbling = TumblingWindows(size)
+    windows = [_window_result(ws, row, tumbling, watermark, target) for ws, row in per_window.iterrows()]
     report = ReconcileReport(config.pipeline, start_ms, end_ms, target, watermark, windows)
     if write:
         write_report(config, report)
