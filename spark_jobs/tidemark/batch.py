@@ -21,7 +21,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,7 @@ from tidemark.config import PipelineConfig
 from tidemark.dedup import NO_REMOVED, deduplicate
 from tidemark.hosts import ExpectedHosts
 from tidemark.identity import RunIdentity
+from tidemark.progress import Advanced, HostProgress
 from tidemark.records import EVENT_FIELDS
 from tidemark.sources import is_event_col
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
@@ -45,7 +46,6 @@ from tidemark.watermark import (
     WatermarkStatus,
     WatermarkUpdate,
     evaluate_status,
-    merge_progress,
     update_watermark,
 )
 from tidemark.windows import TumblingWindows
@@ -58,10 +58,6 @@ __all__ = ["COLLECT_MAX_ROWS", "BatchProcessor", "BatchSummary", "PipelineState"
 # Up to this many events, quarantined or late rows of a batch are written by delta-rs from the
 # driver: a small Spark Delta commit costs ten times delta-rs's (docs/benchmarks.md).
 COLLECT_MAX_ROWS = 10_000
-
-
-def _empty_progress() -> pd.DataFrame:
-    return S.HOST_SCHEMA.empty_table().to_pandas().set_index("host")
 
 
 def _empty_open() -> pd.DataFrame:
@@ -78,7 +74,7 @@ class PipelineState:
     stall_since_ms: int | None = None  # an open stall: when the watermark stopped moving
     stall_hosts: tuple[str, ...] = ()
     stages: str | None = None  # WatermarkServer state (JSON)
-    progress: pd.DataFrame = field(default_factory=_empty_progress)
+    progress: HostProgress = field(default_factory=HostProgress.empty)
     open_windows: pd.DataFrame = field(default_factory=_empty_open)
 
 
@@ -171,7 +167,7 @@ class _Counts:
 class _Advance:
     """Step 2: host progress, the precise watermark and its status."""
 
-    progress: pd.DataFrame
+    hosts: Advanced  # the host progress after the batch, and what to store of it
     update: WatermarkUpdate
     status: WatermarkStatus
     hosts_total: int
@@ -222,10 +218,9 @@ class BatchProcessor:
     def _load_state(self, marker: dict | None) -> PipelineState:
         if marker is None:
             return PipelineState()
-        progress = (
-            T.read_local(self.writer.path(S.HOST_PROGRESS), int(marker["hosts_version"]))
-            .astype({"progress_ms": "int64", "last_batch": "int64"})
-            .set_index("host")
+        hosts_version = int(marker["hosts_version"])
+        progress = HostProgress.from_rows(
+            T.read_local(self.writer.path(S.HOST_PROGRESS), hosts_version), version=hosts_version
         )
         open_windows = T.read_local(self.writer.path(S.OPEN_WINDOWS), int(marker["open_version"])).astype(
             {"window_start_ms": "int64", "events": "int64", "value_sum": "float64"}
@@ -237,7 +232,7 @@ class BatchProcessor:
             stall_since_ms=_optional_int(marker["stall_since_ms"]),
             stall_hosts=tuple(json.loads(marker["stall_hosts"] or "[]")),
             stages=marker["stages"],
-            progress=progress[["progress_ms", "last_batch"]],
+            progress=progress,
             open_windows=open_windows[S.OPEN_COLUMNS],
         )
 
@@ -361,15 +356,10 @@ class BatchProcessor:
         """Step 2: host progress -> precise watermark (never backwards) -> status."""
         wm = self.config.watermark
         moved = counts.per_host[counts.per_host["progress_ms"].notna()]
-        batch_hosts = pd.DataFrame(
-            {"progress_ms": moved["progress_ms"].astype("int64").to_numpy()},
-            index=pd.Index(moved["host"].to_numpy(), name="host"),
-        )
-        progress = merge_progress(state.progress, batch_hosts, batch_id)
+        hosts = state.progress.advance(moved["host"].to_numpy(), moved["progress_ms"].to_numpy(), batch_id)
         expected = self.hosts.current()
-        population = progress if expected is None else progress[progress.index.isin(expected)]
-        values = population["progress_ms"].to_numpy(dtype=np.int64)
-        n_total = len(progress) if expected is None else len(expected)
+        names, values, silent = hosts.progress.population(expected)
+        n_total = len(hosts.progress) if expected is None else len(expected)
         # Propagated (delta source): the upstream's global low watermark is this pipeline's input.
         update = update_watermark(
             values,
@@ -381,7 +371,7 @@ class BatchProcessor:
         )
         advanced_at = counts.batch_ts_ms if update.advanced else state.advanced_at_ms
         status = evaluate_status(
-            population.index.to_numpy(),
+            names,
             values,
             wm.precision_fraction,
             update.watermark,
@@ -389,9 +379,9 @@ class BatchProcessor:
             counts.batch_ts_ms if counts.batch_ts_ms is not None else now_ms(),
             wm.lag_threshold,
             wm.stall_after,
-            expected=expected,
+            silent=silent,
         )
-        return _Advance(progress, update, status, n_total, advanced_at)
+        return _Advance(hosts, update, status, n_total, advanced_at)
 
     def _close_windows(
         self, good: DataFrame, counts: _Counts, state: PipelineState, watermark: int | None
@@ -472,10 +462,7 @@ class BatchProcessor:
         """Step 6: the state for the next batch, then the watermark row that marks the batch
         committed (last: it records the state's Delta versions)."""
         remaining = closing.remaining[S.OPEN_COLUMNS].reset_index(drop=True)
-        progress = pa.Table.from_pandas(
-            advance.progress.reset_index()[S.HOST_COLUMNS], schema=S.HOST_SCHEMA, preserve_index=False
-        )
-        hosts_version = self.writer.write_local(progress, S.HOST_PROGRESS, inp.batch_id, mode="overwrite")
+        progress = self._write_progress(advance.hosts, inp.batch_id)
         open_table = pa.Table.from_pandas(remaining, schema=S.OPEN_SCHEMA, preserve_index=False)
         open_version = self.writer.write_local(open_table, S.OPEN_WINDOWS, inp.batch_id, mode="overwrite")
         phases.lap("write_state")
@@ -489,7 +476,7 @@ class BatchProcessor:
                 "frontier_ms": advance.status.frontier_ms,
                 "stall_since_ms": stall[0],
                 "stall_hosts": json.dumps(list(stall[1])),
-                "hosts_version": hosts_version,
+                "hosts_version": progress.version,
                 "open_version": open_version,
                 "global_lw_ms": closing.global_lw,
                 "stages": stages,
@@ -504,12 +491,24 @@ class BatchProcessor:
             stall_since_ms=stall[0],
             stall_hosts=stall[1],
             stages=stages,
-            progress=advance.progress,
+            progress=progress,
             open_windows=remaining,
         )
         return summary, new_state
 
     # -- writes ------------------------------------------------------------------------------
+    def _write_progress(self, hosts: Advanced, batch_id: int) -> HostProgress:
+        """Store the hosts the batch moved (an append to the host-progress log), or a snapshot
+        of every host when the log has grown long (see tidemark.progress); nothing when no host
+        moved. Returns the state with the table version that holds it."""
+        state = hosts.progress
+        if hosts.changed.num_rows or state.version is None:
+            mode: Literal["append", "overwrite"] = (
+                "overwrite" if hosts.snapshot or state.version is None else "append"
+            )
+            state.version = self.writer.write_local(hosts.rows, S.HOST_PROGRESS, batch_id, mode=mode)
+        return state
+
     def _write_rows(self, frame: DataFrame, count: int, table: str, batch_id: int) -> None:
         """Write ``count`` rows: few are collected and written by delta-rs (no Spark job per
         commit), many by Spark. Both commit under the same (run, batch) app transaction, so

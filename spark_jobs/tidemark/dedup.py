@@ -44,6 +44,8 @@ from tidemark import tables as T
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from tidemark.progress import HostProgress
+
 NO_REMOVED = pd.DataFrame({"host": pd.Series(dtype="object"), "event_time": pd.Series(dtype="int64")})
 # The column of the event id's 64-bit hash (xxhash64) that exactly_once adds in the parsing stage.
 HASH = "_id_hash"
@@ -72,7 +74,7 @@ def deduplicate(
     batch: DataFrame,
     *,
     batch_id: int,
-    progress: pd.DataFrame,
+    progress: HostProgress,
     batch_ts_ms: int,
     horizon_ms: int,
     events_path: str,
@@ -80,16 +82,16 @@ def deduplicate(
 ) -> DedupResult:
     """``batch`` (cached, with ``ingest_ts``) without the publisher retries it holds.
 
-    ``progress`` is the host progress the previous batch committed (index ``host``, column
-    ``progress_ms``). The batch's :data:`HASH` column holds each event's id hash (NULL for a
-    heartbeat or bad line: those are never retries)."""
+    ``progress`` is the host progress the previous batch committed. The batch's :data:`HASH`
+    column holds each event's id hash (NULL for a heartbeat or bad line: those are never
+    retries)."""
     from pyspark.sql import functions as F
 
     # A candidate's event time is at most its host's progress, so at most the highest progress:
     # one comparison with a constant finds a superset of the candidates without joining the
     # hosts (docs/benchmarks.md); the driver then tests each suspect against its
     # own host's progress.
-    ceiling = int(progress["progress_ms"].max()) if not progress.empty else None
+    ceiling = progress.max_ms()
     below = _at_or_below(ceiling) if ceiling is not None else F.lit(False)
     # 1. Suspect hashes: repeated in the batch, or held by a row at or below the ceiling.
     groups = (
@@ -249,12 +251,12 @@ class _Catalog:
         return suspects.join(stored, "event_id", "left_anti")
 
 
-def _resolve_on_driver(rows: pa.Table, progress: pd.DataFrame, catalog: _Catalog) -> tuple[np.ndarray, int]:
+def _resolve_on_driver(rows: pa.Table, progress: HostProgress, catalog: _Catalog) -> tuple[np.ndarray, int]:
     """Which suspect ``rows`` to keep (a mask): not in the catalog, one per event id; and how
     many candidates were looked up."""
     frame = rows.select(["event_id", "host", "event_time"]).to_pandas()
     # A host with no progress yet maps to NaN, and no comparison with NaN holds.
-    candidates = frame[frame["event_time"] <= frame["host"].map(progress["progress_ms"])]
+    candidates = frame[frame["event_time"] <= progress.of(frame["host"].to_numpy())]
     candidate_ids = pa.array(candidates["event_id"].unique(), pa.string())
     seen = catalog.seen(candidate_ids, time_ranges(candidates["event_time"].to_numpy()))
     keep = ~frame["event_id"].isin(seen) & ~frame["event_id"].duplicated()

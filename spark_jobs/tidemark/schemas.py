@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from tidemark.progress import HOST_SCHEMA as HOST_SCHEMA  # a log: a row per host a batch moved
 from tidemark.records import EVENT_FIELDS
 
 EVENTS = "events"
@@ -71,9 +72,7 @@ EVENTS_STATS_COLUMNS = "batch_id,event_time,window_start,ingest_ts,host"
 CREATE_OPTIONS = {EVENTS: {"delta.dataSkippingStatsColumns": EVENTS_STATS_COLUMNS}}
 
 # The stream's state between batches (tidemark.batch).
-HOST_COLUMNS = ["host", "progress_ms", "last_batch"]
 OPEN_COLUMNS = ["window_start_ms", "key", "events", "value_sum"]
-HOST_SCHEMA = pa.schema([("host", pa.string()), ("progress_ms", pa.int64()), ("last_batch", pa.int64())])
 OPEN_SCHEMA = pa.schema(
     [
         ("window_start_ms", pa.int64()),

@@ -17,6 +17,7 @@ from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
 from tidemark.hosts import read_hosts_file
+from tidemark.progress import HostProgress
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
 from tidemark.watermark import WatermarkStatus, evaluate_status
 
@@ -87,8 +88,10 @@ def host_progress(config: PipelineConfig, marker: dict | None) -> tuple[np.ndarr
     empty arrays before the first batch."""
     if marker is None:
         return np.array([], dtype=object), np.array([], dtype="int64")
-    frame = T.read_local(config.table_path(S.HOST_PROGRESS), int(marker["hosts_version"]))
-    return frame["host"].to_numpy(), frame["progress_ms"].to_numpy(dtype="int64")
+    state = HostProgress.from_rows(
+        T.read_local(config.table_path(S.HOST_PROGRESS), int(marker["hosts_version"]))
+    )
+    return state.hosts, state.progress_ms
 
 
 def read_status(

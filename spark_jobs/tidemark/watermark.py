@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
+from tidemark.progress import HostProgress
 
 log = logging.getLogger(__name__)
 
@@ -180,18 +182,20 @@ def evaluate_status(
     lag_threshold_ms: int,
     stall_after_ms: int,
     expected: frozenset[str] | set[str] | None = None,
+    silent: Sequence[str] = (),
 ) -> WatermarkStatus:
     """Classify the watermark: STALLED when it has not advanced for ``stall_after`` while more
     than ``floor((1-q) * N)`` of the population lag (are more than ``lag_threshold`` behind the
     median host, or have sent nothing). Lagging hosts are listed worst first.
 
     ``hosts``/``progress_ms`` are parallel arrays of the reporting hosts' progress; vectorised,
-    so a million hosts cost milliseconds, not a Python loop each."""
+    so a million hosts cost milliseconds, not a Python loop each. The population is either
+    ``expected`` (the reporting hosts are filtered by it here) or, when the caller has filtered
+    them already, the reporting hosts plus ``silent`` (expected hosts that sent nothing)."""
     names = np.asarray(list(hosts) if not isinstance(hosts, np.ndarray) else hosts, dtype=object)
     values = np.asarray(
         list(progress_ms) if not isinstance(progress_ms, np.ndarray) else progress_ms, dtype=np.int64
     )
-    silent: list[str] = []
     if expected is not None:
         keep = np.fromiter((h in expected for h in names), dtype=bool, count=len(names))
         names, values = names[keep], values[keep]
@@ -225,45 +229,11 @@ def evaluate_status(
     )
 
 
-def merge_progress(current, batch, batch_id: int = 0):
-    """Per-host maximum of host progress: a host's progress never goes back.
-
-    The stream's form (what runs every batch): ``current`` is a frame indexed by ``host`` with
-    ``progress_ms`` and ``last_batch`` (the batch that last moved the host), ``batch`` a frame
-    indexed by ``host`` with the batch's ``progress_ms``; the result is a new frame of the first
-    kind, ``last_batch`` = ``batch_id`` for every host the batch moved. Mappings ``{host: ms}``
-    are accepted too and give a dict (the form the spec's tests read); the same code runs.
-    """
-    import pandas as pd
-
-    if isinstance(current, Mapping):
-        merged = merge_progress(_progress_frame(current), _progress_frame(batch).drop(columns="last_batch"))
-        return {str(h): int(t) for h, t in merged["progress_ms"].items()}
-    if batch.empty:
-        return current
-    incoming = batch.assign(last_batch=batch_id).astype({"progress_ms": "int64", "last_batch": "int64"})
-    if current.empty:
-        return incoming[["progress_ms", "last_batch"]]
-    joined = current.join(incoming, how="outer", lsuffix="_old")
-    old = joined["progress_ms_old"]
-    new = joined["progress_ms"]
-    moved = new.notna() & (old.isna() | (new > old))
-    return pd.DataFrame(
-        {
-            "progress_ms": np.where(moved, new, old).astype("int64"),
-            "last_batch": np.where(moved, joined["last_batch"], joined["last_batch_old"]).astype("int64"),
-        },
-        index=joined.index.rename("host"),
-    )
-
-
-def _progress_frame(progress: Mapping[str, int]):
-    import pandas as pd
-
-    return pd.DataFrame(
-        {"progress_ms": np.fromiter(progress.values(), dtype=np.int64, count=len(progress)), "last_batch": 0},
-        index=pd.Index(list(progress.keys()), name="host", dtype="object"),
-    )
+def merge_progress(current: Mapping[str, int], batch: Mapping[str, int]) -> dict[str, int]:
+    """Per-host maximum of host progress: a host's progress never goes back. The mapping form of
+    what the stream runs, :meth:`tidemark.progress.HostProgress.advance` (the same code)."""
+    advanced = HostProgress.from_mapping(current).advance(list(batch), list(batch.values()), 1)
+    return advanced.progress.as_dict()
 
 
 @dataclass(frozen=True, slots=True)
