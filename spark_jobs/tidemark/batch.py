@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -58,6 +59,8 @@ __all__ = ["COLLECT_MAX_ROWS", "BatchProcessor", "BatchSummary", "PipelineState"
 # Up to this many events, quarantined or late rows of a batch are written by delta-rs from the
 # driver: a small Spark Delta commit costs ten times delta-rs's (docs/benchmarks.md).
 COLLECT_MAX_ROWS = 10_000
+# Batch summaries a processor keeps in memory (the benchmarks and the demo read them).
+SUMMARIES_KEPT = 10_000
 
 
 def _empty_open() -> pd.DataFrame:
@@ -207,7 +210,9 @@ class BatchProcessor:
         self.hosts = ExpectedHosts(config.watermark.hosts_file)
         self.windows = TumblingWindows(config.window)
         self._state: PipelineState | None = None
-        self.summaries: list[BatchSummary] = []
+        # The newest batches' summaries (a job runs for weeks: bounded), and how many ran.
+        self.summaries: deque[BatchSummary] = deque(maxlen=SUMMARIES_KEPT)
+        self.batches_run = 0
 
     # -- state -------------------------------------------------------------------------------
     def _marker_before(self, batch_id: int) -> tuple[dict | None, bool]:
@@ -606,6 +611,7 @@ class BatchProcessor:
 
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
+        self.batches_run += 1
         self.echo(f"[{self.config.pipeline}] {summary.line()}")
 
 

@@ -94,7 +94,7 @@ class Heartbeat:
                 "trigger_since_ms": self.trigger_since_ms,
                 "message": status.get("message") if status else "stopped",
                 "last_batch_id": last.batch_id if last else None,
-                "batches_this_run": len(processor.summaries),
+                "batches_this_run": processor.batches_run,
             },
         )
 

@@ -1,0 +1,199 @@
+"""Batch time against the number of hosts: the same events per batch from 10k, 100k and 1M hosts.
+
+    .venv/bin/python bench/hosts_scale.py [--hosts 10000,100000,1000000] [--lines-per-batch 500000]
+        [--batches 10] [--rounds 2] [--mode exactly_once]
+
+For every host count, one scenario is generated whose 30-second files hold ``--lines-per-batch``
+lines (10k hosts x 100 events a minute, 100k x 10, 1M x 1; 1% publisher retries, no lagging
+host), and Tidemark reads one file per micro-batch (availableNow) in one Spark session, the
+host counts in alternating order each round. Per run: the median and the worst batch time of
+the steady batches (the first two add every host and are reported apart), the medians of the
+batch's phases that touch host state, the rows the host-progress log held at the end, and the
+RSS of the driver JVM and of the Python driver after the run. The goal (issue 21): the batch
+time at 1M hosts at most 1.5x the batch time at 10k. Markdown out, raw figures to
+``bench/results/hosts_scale-<UTC date>.json``; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import (
+    DEFAULT_WORKDIR,
+    jvm_pid,
+    load_line,
+    machine_line,
+    md_table,
+    median,
+    pipeline_config,
+    rss_kb,
+    session,
+)
+
+from tidemark.generator import Scenario, generate_files
+from tidemark.stream import start_stream
+
+WARMUP = 2  # batches that add the hosts (reported apart from the steady ones)
+PHASES = ("parse_dedup_count", "host_progress", "write_state")
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Run:
+    hosts: int
+    round: int
+    wall_s: float
+    batch_s: list[float]
+    phases: dict[str, list[float]] = field(default_factory=dict)
+    host_rows: int = 0  # rows of the host-progress log at the end
+    jvm_rss_mb: float = 0.0
+    py_rss_mb: float = 0.0
+
+    @property
+    def steady(self) -> list[float]:
+        return self.batch_s[WARMUP:]
+
+
+def scenario(hosts: int, lines_per_batch: int, batches: int) -> Scenario:
+    rate = max(1, round(2 * lines_per_batch / hosts))  # events per host per minute; files of 30 s
+    return Scenario(
+        hosts=hosts,
+        minutes=max(1, batches // 2),
+        events_per_host_per_minute=rate,
+        lag_share=0.0,
+        lag_minutes=0.0,
+        file_span_s=30,
+        final_heartbeat=False,
+    )
+
+
+def run_once(spark, hosts: int, round_: int, root: Path, landing: Path, k: int, mode: str) -> Run:
+    from deltalake import DeltaTable
+
+    config = pipeline_config(root / f"h{hosts}", "scale", landing, k, mode=mode)
+    started = time.monotonic()
+    query, processor = start_stream(spark, config, once=True, echo=lambda _line: None)
+    query.awaitTermination()
+    wall = time.monotonic() - started
+    done = [s for s in processor.summaries if not s.skipped]
+    run = Run(hosts, round_, wall, [s.seconds for s in done])
+    for name in PHASES:
+        run.phases[name] = [s.phases.get(name, 0.0) for s in done]
+    run.host_rows = len(DeltaTable(config.table_path("_state/host_progress")).to_pyarrow_table())
+    run.jvm_rss_mb = rss_kb(jvm_pid(spark))[0] / 1024
+    run.py_rss_mb = rss_kb()[0] / 1024
+    return run
+
+
+def table(runs: dict[int, Run], base: int) -> str:
+    rows = []
+    ref = median(runs[base].steady)
+    for hosts, run in runs.items():
+        steady = median(run.steady)
+        rows.append(
+            [
+                f"{hosts:,}",
+                len(run.batch_s),
+                f"{', '.join(f'{s:.2f}' for s in run.batch_s[:WARMUP])}",
+                f"{steady:.2f}",
+                f"{max(run.steady):.2f}",
+                f"{steady / ref:.2f}x",
+                *(f"{median(run.phases[p][WARMUP:]):.2f}" for p in PHASES),
+                f"{run.host_rows:,}",
+                f"{run.jvm_rss_mb:,.0f}",
+                f"{run.py_rss_mb:,.0f}",
+            ]
+        )
+    headers = [
+        "hosts",
+        "batches",
+        "first batches (s)",
+        "steady batch, median (s)",
+        "worst (s)",
+        f"vs {base:,}",
+        *(f"{p}, median (s)" for p in PHASES),
+        "host-log rows",
+        "JVM RSS (MiB)",
+        "Python RSS (MiB)",
+    ]
+    return md_table(headers, rows, "r" * len(headers))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="10000,100000,1000000", help="host counts, comma-separated")
+    parser.add_argument("--lines-per-batch", type=int, default=500_000)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--mode", default="exactly_once", choices=("exactly_once", "at_least_once"))
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "hosts_scale")
+    args = parser.parse_args()
+    sizes = [int(h) for h in args.hosts.split(",")]
+    print(f"machine: {machine_line()}", flush=True)
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    landings: dict[int, tuple[Path, int]] = {}
+    for hosts in sizes:
+        landing = args.workdir / f"landing-{hosts}"
+        t0 = time.monotonic()
+        truth = generate_files(scenario(hosts, args.lines_per_batch, args.batches), landing)
+        per_file = truth.lines / max(1, truth.files)
+        k = max(1, round(args.lines_per_batch / per_file))  # files per trigger
+        landings[hosts] = (landing, k)
+        print(
+            f"input {hosts:,} hosts: {truth.lines:,} lines in {truth.files} files ({per_file:,.0f} a file, "
+            f"{k} a batch), generated in {time.monotonic() - t0:.0f}s",
+            flush=True,
+        )
+    spark = session()
+    rounds: list[Run] = []
+    for r in range(args.rounds):
+        order = sizes if r % 2 == 0 else sizes[::-1]
+        for hosts in order:
+            landing, k = landings[hosts]
+            run = run_once(spark, hosts, r + 1, args.workdir / f"round{r + 1}", landing, k, args.mode)
+            rounds.append(run)
+            print(
+                f"round {r + 1}, {hosts:,} hosts: {run.wall_s:.1f}s, {len(run.batch_s)} batches, "
+                f"steady median {median(run.steady):.2f}s ({load_line()})",
+                flush=True,
+            )
+    # Each host count's round with the fastest steady median: the least disturbed one.
+    best = {h: min((r for r in rounds if r.hosts == h), key=lambda r: median(r.steady)) for h in sizes}
+    print()
+    print(f"{args.mode}, {args.lines_per_batch:,} lines a batch, best of {args.rounds} rounds:")
+    print(table(best, sizes[0]))
+    RESULTS.mkdir(exist_ok=True)
+    now = datetime.now(UTC)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    out = RESULTS / f"hosts_scale-{now:%Y-%m-%d}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "bench": "hosts_scale",
+                "date": now.isoformat(timespec="seconds"),
+                "commit": commit,
+                "machine": machine_line(),
+                "load": load_line(),
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "runs": [asdict(r) for r in rounds],
+            },
+            indent=1,
+        )
+    )
+    print(f"\nraw results: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Hours of micro-batches: does anything grow? Batch time, files per table, Delta log, heap.
+
+    .venv/bin/python bench/soak.py [--hours 2] [--hosts 10000] [--rate 6] [--file-span 10]
+        [--sample-every 60] [--maintain-every 0] [--maintain-from 0]
+
+A live generator (``tidemark generate --live``, its own process) lands a file every
+``--file-span`` seconds; the stream runs in this process with the pipeline's 10 s processing-time
+trigger. Every ``--sample-every`` seconds one sample: the batches since the last sample (count,
+median and worst batch time), per table the live files (delta-rs), the ``_delta_log`` files and
+bytes, and the commits since the last checkpoint; the driver JVM's heap used after a full GC
+(``System.gc()`` through py4j, then the memory MXBean), the JVM's and Python's RSS. With
+``--maintain-every N`` (minutes), ``tidemark maintain`` runs against the pipeline every N minutes
+from ``--maintain-from`` minutes on, in its own process, while the stream runs, as the
+maintenance DAG would. Samples go to ``bench/results/soak-<UTC start>.jsonl`` as they are
+taken; at the end a markdown table per ``--table-every`` minutes. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import (
+    DEFAULT_WORKDIR,
+    jvm_pid,
+    load_line,
+    machine_line,
+    md_table,
+    median,
+    pipeline_config,
+    rss_kb,
+    session,
+)
+
+from tidemark import schemas as S
+from tidemark.stream import start_stream
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TABLES = (S.EVENTS, S.WINDOWS, S.LATE_EVENTS, S.QUARANTINE, S.WATERMARKS, S.HOST_PROGRESS, S.OPEN_WINDOWS)
+PY = sys.executable
+
+
+def table_stats(path: str) -> dict:
+    """Live files, log files and bytes, commits since the newest checkpoint."""
+    from deltalake import DeltaTable
+
+    log = Path(path) / "_delta_log"
+    if not log.is_dir():
+        return {}
+    entries = [p for p in log.iterdir() if p.is_file()]
+    version = DeltaTable(path).version()
+    last = log / "_last_checkpoint"
+    checkpoint = json.loads(last.read_text())["version"] if last.is_file() else -1
+    return {
+        "files": len(DeltaTable(path).files()),
+        "log_files": len(entries),
+        "log_bytes": sum(p.stat().st_size for p in entries),
+        "version": version,
+        "since_checkpoint": version - checkpoint,
+    }
+
+
+def heap_after_gc_mb(spark) -> float:
+    jvm = spark.sparkContext._jvm
+    jvm.java.lang.System.gc()
+    usage = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
+    return usage.getUsed() / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=float, default=2.0)
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--rate", type=int, default=6, help="events per host per minute")
+    parser.add_argument("--file-span", type=int, default=10, help="seconds of arrivals per landing file")
+    parser.add_argument("--sample-every", type=int, default=60, help="seconds between samples")
+    parser.add_argument(
+        "--maintain-every", type=float, default=0, help="minutes between maintenance runs (0: none)"
+    )
+    parser.add_argument(
+        "--maintain-from", type=float, default=0, help="minutes into the run of the first one"
+    )
+    parser.add_argument("--table-every", type=int, default=10, help="minutes per row of the final table")
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "soak")
+    args = parser.parse_args()
+    print(f"machine: {machine_line()}", flush=True)
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    landing = args.workdir / "landing"
+    config = pipeline_config(args.workdir, "soak", landing, 2, trigger_interval="10s")
+    config_path = args.workdir / "soak.yaml"
+    started = datetime.now(UTC)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"soak-{started:%Y-%m-%dT%H%M}.jsonl"
+    minutes = int(args.hours * 60) + 2
+    gen = subprocess.Popen(
+        [PY, "-m", "tidemark.cli", "generate", "--live", "--out", str(landing), "--hosts", str(args.hosts),
+         "--minutes", str(minutes), "--rate", str(args.rate), "--file-span", str(args.file_span)],
+        stdout=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    spark = session()
+    pid = jvm_pid(spark)
+    query, processor = start_stream(spark, config, once=False, echo=lambda _m: None)
+    t0 = time.monotonic()
+    end = t0 + args.hours * 3600
+    next_maintain = t0 + args.maintain_from * 60 if args.maintain_every else float("inf")
+    maint: subprocess.Popen | None = None
+    maint_started = 0.0
+    seen = 0
+    samples = []
+    header = {
+        "bench": "soak",
+        "date": started.isoformat(timespec="seconds"),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "machine": machine_line(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+    with out.open("w") as sink:
+        sink.write(json.dumps(header) + "\n")
+        try:
+            while time.monotonic() < end:
+                time.sleep(args.sample_every)
+                now = time.monotonic()
+                maintenance = None
+                if maint is not None and maint.poll() is not None:
+                    maintenance = {"exit": maint.returncode, "seconds": round(now - maint_started, 1)}
+                    maint = None
+                if maint is None and now >= next_maintain:
+                    with open(args.workdir / "maintain.log", "a") as log:
+                        maint = subprocess.Popen(
+                            [PY, "-m", "tidemark.cli", "maintain", "--config", str(config_path)],
+                            stdout=log, stderr=subprocess.STDOUT,
+                        )  # fmt: skip
+                    maint_started, next_maintain = now, now + args.maintain_every * 60
+                if query.exception() is not None:
+                    raise RuntimeError(f"stream failed: {query.exception()}")
+                batches = [s for s in list(processor.summaries) if not s.skipped][seen:]
+                seen += len(batches)
+                secs = [b.seconds for b in batches]
+                sample = {
+                    "minute": round((now - t0) / 60, 1),
+                    "batches": len(batches),
+                    "events": sum(b.events for b in batches),
+                    "batch_median_s": round(median(secs), 3) if secs else None,
+                    "batch_max_s": round(max(secs), 3) if secs else None,
+                    "heap_after_gc_mb": round(heap_after_gc_mb(spark), 1),
+                    "jvm_rss_mb": round(rss_kb(pid)[0] / 1024, 1),
+                    "py_rss_mb": round(rss_kb()[0] / 1024, 1),
+                    "tables": {t: table_stats(config.table_path(t)) for t in TABLES},
+                    "maintenance": maintenance,
+                    "load": load_line(),
+                }
+                samples.append(sample)
+                sink.write(json.dumps(sample) + "\n")
+                sink.flush()
+                ev = sample["tables"].get(S.EVENTS, {})
+                wm = sample["tables"].get(S.WATERMARKS, {})
+                print(
+                    f"{sample['minute']:6.1f} min: {len(batches)} batches, "
+                    f"median {sample['batch_median_s']}s, heap {sample['heap_after_gc_mb']} MiB, "
+                    f"events files {ev.get('files')}, watermarks files {wm.get('files')}, "
+                    f"log {wm.get('log_files')} ({load_line()})"
+                    + (f"; maintenance {maintenance}" if maintenance else ""),
+                    flush=True,
+                )
+        finally:
+            query.stop()
+            os.killpg(gen.pid, signal.SIGTERM)
+            if maint is not None:
+                maint.wait()
+    print()
+    print(summary_table(samples, args.table_every))
+    print(f"\nraw samples: {out}")
+
+
+def summary_table(samples: list[dict], every: int) -> str:
+    rows = []
+    for start in range(0, int(max((s["minute"] for s in samples), default=0)) + 1, every):
+        group = [s for s in samples if start <= s["minute"] < start + every]
+        if not group:
+            continue
+        last = group[-1]
+        medians = [s["batch_median_s"] for s in group if s["batch_median_s"] is not None]
+        worst = [s["batch_max_s"] for s in group if s["batch_max_s"] is not None]
+        t = last["tables"]
+        rows.append(
+            [
+                f"{start}-{start + every}",
+                sum(s["batches"] for s in group),
+                f"{median(medians):.2f}" if medians else "",
+                f"{max(worst):.2f}" if worst else "",
+                *(
+                    t.get(name, {}).get("files", "")
+                    for name in (S.EVENTS, S.WINDOWS, S.WATERMARKS, S.HOST_PROGRESS)
+                ),
+                t.get(S.WATERMARKS, {}).get("log_files", ""),
+                f"{sum(x.get('log_bytes', 0) for x in t.values()) / 2**20:.1f}",
+                f"{last['heap_after_gc_mb']:.0f}",
+                f"{last['jvm_rss_mb']:.0f}",
+                f"{last['py_rss_mb']:.0f}",
+                sum(1 for s in group if s["maintenance"]),
+            ]
+        )
+    headers = [
+        "minutes",
+        "batches",
+        "batch median (s)",
+        "worst (s)",
+        "events files",
+        "windows files",
+        "watermarks files",
+        "host_progress files",
+        "watermarks log files",
+        "all logs (MiB)",
+        "heap after GC (MiB)",
+        "JVM RSS (MiB)",
+        "Python RSS (MiB)",
+        "maintenance runs ended",
+    ]
+    return md_table(headers, rows)
+
+
+if __name__ == "__main__":
+    main()
