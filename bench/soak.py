@@ -138,9 +138,11 @@ def main() -> None:
                     maint = None
                 if maint is None and now >= next_maintain:
                     with open(args.workdir / "maintain.log", "a") as log:
+                        # The installed tidemark (not a PYTHONPATH a frozen copy of the stream uses).
+                        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                         maint = subprocess.Popen(
                             [PY, "-m", "tidemark.cli", "maintain", "--config", str(config_path)],
-                            stdout=log, stderr=subprocess.STDOUT,
+                            stdout=log, stderr=subprocess.STDOUT, env=env,
                         )  # fmt: skip
                     maint_started, next_maintain = now, now + args.maintain_every * 60
                 if query.exception() is not None:
