@@ -173,7 +173,7 @@ def main() -> None:
     catalog = _Catalog(config.table_path(S.EVENTS), batch_id=10**9, since_ms=0)
     from deltalake import DeltaTable
 
-    total = len(DeltaTable(catalog.path).files())
+    total = len(DeltaTable(catalog.path).file_uris())
     results["lookup"]["catalog_files"] = total
     results["lookup"]["per range"] = lookup(catalog, ids, time_ranges(times), args.rounds)
     results["lookup"]["one [min, max]"] = lookup(catalog, ids, [(min(times), max(times))], args.rounds)

@@ -62,7 +62,7 @@ def table_stats(path: str) -> dict:
     last = log / "_last_checkpoint"
     checkpoint = json.loads(last.read_text())["version"] if last.is_file() else -1
     return {
-        "files": len(DeltaTable(path).files()),
+        "files": len(DeltaTable(path).file_uris()),
         "log_files": len(entries),
         "log_bytes": sum(p.stat().st_size for p in entries),
         "version": version,
