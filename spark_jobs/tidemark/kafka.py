@@ -3,8 +3,9 @@
 Publishing keys every record by its host, so one host's records land in one partition in the
 order they were produced (the producer is idempotent, so its own retries cannot reorder them).
 Reading keeps Spark's offsets in the checkpoint, bounds a batch with ``maxOffsetsPerTrigger`` and
-fails loudly on data loss; the batch recompute re-reads the topic by offset range (earliest to
-latest), which is why the broker keeps records (``log.retention.ms=-1`` in scripts/kafka.sh).
+fails loudly on data loss; the batch recompute re-reads the topic by offset range (from the first
+offset that can hold its range, :mod:`tidemark.pruning`, to the latest), which is why the broker
+keeps records (``log.retention.ms=-1`` in scripts/kafka.sh).
 """
 
 from __future__ import annotations
@@ -100,8 +101,13 @@ def read_topic(
     streaming: bool,
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int = 200_000,
+    from_timestamp_ms: int | None = None,
 ) -> DataFrame:
-    """A topic as ``(raw, source, arrival_ms)`` lines; ``source`` is ``topic/partition@offset``."""
+    """A topic as ``(raw, source, arrival_ms)`` lines; ``source`` is ``topic/partition@offset``.
+
+    ``from_timestamp_ms`` (batch reads) starts each partition at its earliest offset whose
+    timestamp is at or after it, instead of ``starting_offsets``; a partition with no such
+    record is read from its end (nothing)."""
     from pyspark.sql import functions as F
 
     reader = (spark.readStream if streaming else spark.read).format("kafka")
@@ -115,6 +121,10 @@ def read_topic(
         reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
     else:
         reader = reader.option("endingOffsets", "latest")
+        if from_timestamp_ms is not None:
+            reader = reader.option("startingTimestamp", str(from_timestamp_ms)).option(
+                "startingOffsetsByTimestampStrategy", "latest"
+            )
     return reader.load().select(
         F.col("value").cast("string").alias("raw"),
         F.concat(

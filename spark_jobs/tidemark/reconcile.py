@@ -3,6 +3,9 @@
 The recompute reads the **raw source** (never the stream's tables), parses it with the same
 :func:`tidemark.records.parse_records`, removes publisher retries (copies of an ``event_id`` at
 the same event time) and aggregates with the same :func:`tidemark.aggregate.aggregate_windows`.
+It reads only the input that can hold records of the range (:mod:`tidemark.pruning`: landing
+files by modification time and the landing index, Kafka from the range's start by timestamp), so
+its cost follows the range, not the source's retention.
 Per window (summed over keys):
 
 * ``stream_events``  what the stream committed to ``windows``;
@@ -34,7 +37,7 @@ from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
-from tidemark.sources import is_event_col, parsed_source
+from tidemark.sources import RangeInput, is_event_col, parsed_range
 from tidemark.timeutil import format_instant_ms, now_ms
 from tidemark.windows import TumblingWindows
 
@@ -140,6 +143,8 @@ class ReconcileReport:
     target: float
     stream_watermark_ms: int | None
     windows: list[WindowResult]
+    input: str = ""  # what the recompute read (RangeInput.describe)
+    input_files: dict[str, int] | None = None  # landing files listed, read, skipped (FileSelection.summary)
 
     @property
     def closed(self) -> list[WindowResult]:
@@ -180,6 +185,7 @@ class ReconcileReport:
                 "share_aligned": self.share_aligned,
                 "worst_alignment": self.worst_alignment,
                 "totals": self.totals(),
+                "input": {"description": self.input, "files": self.input_files},
                 "windows": [
                     {
                         **asdict(w),
@@ -220,11 +226,22 @@ class ReconcileReport:
             + f"; stream {t['stream_events']:,} + late {t['late_events']:,} vs batch "
             f"{t['batch_events']:,}; unexplained {t['unexplained']:,}"
         )
+        if self.input:
+            rows.append(f"recompute input: {self.input}")
         return "\n".join(rows)
 
 
-def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int, end_ms: int) -> DataFrame:
+def recompute_windows(
+    spark: SparkSession,
+    config: PipelineConfig,
+    start_ms: int,
+    end_ms: int,
+    source: RangeInput | None = None,
+) -> DataFrame:
     """Window results for ``[start, end)`` recomputed from the raw source.
+
+    ``source`` is the input (default: :func:`tidemark.sources.parsed_range`, the part of the
+    source that can hold records of the range; pruning changes no result, only what is read).
 
     Publisher retries are removed: records that share ``event_id``, ``event_time`` and ``key``
     count once (a retry is a copy; of copies whose values differ, the smallest value is kept).
@@ -249,7 +266,7 @@ def recompute_windows(spark: SparkSession, config: PipelineConfig, start_ms: int
     """
     from pyspark.sql import functions as F
 
-    parsed = parsed_source(spark, config, streaming=False)
+    parsed = (source or parsed_range(spark, config, start_ms, end_ms)).rows
     # The stream's own test of an event (valid, not a heartbeat), within the range.
     wanted = is_event_col() & (F.col("event_time") >= start_ms) & (F.col("event_time") < end_ms)
     event_id = F.when(wanted, F.col("event_id"))
@@ -325,23 +342,34 @@ def reconcile(
     target = config.reconcile.target if target is None else target
     watermark = stream_watermark(config)
 
-    per_window = _per_window_counts(spark, config, start_ms, end_ms)
+    # The landing index is a cache of the raw files: a dry run (write=False) does not add to it.
+    source = parsed_range(spark, config, start_ms, end_ms, update_index=write)
+    per_window = _per_window_counts(spark, config, source, start_ms, end_ms)
     tumbling = TumblingWindows(size)
     windows = [_window_result(ws, row, tumbling, watermark, target) for ws, row in per_window.iterrows()]
-    report = ReconcileReport(config.pipeline, start_ms, end_ms, target, watermark, windows)
+    report = ReconcileReport(
+        config.pipeline,
+        start_ms,
+        end_ms,
+        target,
+        watermark,
+        windows,
+        input=source.describe(),
+        input_files=source.files.summary() if source.files is not None else None,
+    )
     if write:
         write_report(config, report)
     return report
 
 
 def _per_window_counts(
-    spark: SparkSession, config: PipelineConfig, start_ms: int, end_ms: int
+    spark: SparkSession, config: PipelineConfig, source: RangeInput, start_ms: int, end_ms: int
 ) -> pd.DataFrame:
     """Per window start (sorted): the stream's, the recompute's and the late events, and
     ``abs_diff``, the sum over keys of |stream - batch|."""
     from pyspark.sql import functions as F
 
-    recomputed = recompute_windows(spark, config, start_ms, end_ms)
+    recomputed = recompute_windows(spark, config, start_ms, end_ms, source)
     batch = T.to_pandas(recomputed.select("window_start_ms", "key", F.col("events").alias("batch"))).astype(
         {"window_start_ms": "int64", "batch": "int64"}
     )

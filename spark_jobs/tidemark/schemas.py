@@ -12,9 +12,12 @@ watermarks     one row per committed batch: the precise watermark and host count
                last in a batch, so a row for batch N means every write of N is committed.
 stalls         one row per ended stall: when, how long, the watermark held, the lagging hosts
 reconciliation per-window stream/batch comparison written by ``tidemark reconcile``
-_state/*       host progress and open-window partial sums, overwritten every batch; the
-               watermark row records the Delta version of each so a restart reads exactly
+_state/*       host progress (a log of the hosts each batch moved, replaced by a snapshot when
+               long: tidemark.progress) and open-window partial sums (overwritten every batch);
+               the watermark row records the Delta version of each so a restart reads exactly
                the state that batch N-1 left.
+_reconcile/*   the landing index: the event-time span of each landing file the recompute has
+               read, so a recompute skips files that cannot hold its range (tidemark.pruning)
 ============== ==================================================================================
 
 Timestamps the driver writes are UTC milliseconds (:data:`TS_MS`); Spark writes microseconds, and
@@ -37,6 +40,7 @@ RECONCILIATION = "reconciliation"
 STALLS = "stalls"
 HOST_PROGRESS = "_state/host_progress"
 OPEN_WINDOWS = "_state/open_windows"
+LANDING_INDEX = "_reconcile/landing_index"
 # The run identity's file, in the checkpoint and beside the tables (tidemark.identity).
 IDENTITY_FILE = "_tidemark.json"
 
@@ -153,6 +157,20 @@ RECONCILIATION_SCHEMA = pa.schema(
         ("target", pa.float64()),
         ("stream_watermark", TS_US),
         ("reconciled_at", TS_US),
+    ]
+)
+# One row per landing file a recompute indexed: the file as it was listed (path as Spark names it,
+# size, modification time) and the event times of its lines (tidemark.pruning.FileSpan).
+LANDING_INDEX_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("modified_ms", pa.int64()),
+        ("max_record_bytes", pa.int64()),
+        ("lines", pa.int64()),
+        ("min_event_ms", pa.int64()),
+        ("max_event_ms", pa.int64()),
+        ("indexed_at", TS_MS),
     ]
 )
 # reconciliation's columns stored as tidemark.reconcile.WindowResult holds them (the window

@@ -1,26 +1,34 @@
 """Where a pipeline's rows come from: the landing files, a Kafka topic or another pipeline's
 ``events`` table, read as lines and parsed into the record contract (:mod:`tidemark.records`).
 
-The stream (:mod:`tidemark.stream`) and the batch recompute (:mod:`tidemark.reconcile`) both read
-through :func:`parsed_source`, so they see the same rows.
+The stream (:mod:`tidemark.stream`) reads through :func:`parsed_source`, the batch recompute
+(:mod:`tidemark.reconcile`) through :func:`parsed_range`, the same reader and parser restricted
+to the input that can hold an event-time range (:mod:`tidemark.pruning`), so they see the same
+rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from tidemark import pruning
 from tidemark.checkpoint import ResumePoint
-from tidemark.config import ConfigError, PipelineConfig
+from tidemark.config import ConfigError, PipelineConfig, ValidationConfig
 from tidemark.records import EVENT_FIELDS, parse_records
+from tidemark.timeutil import format_instant_ms
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 def read_landing_files(spark, path: str, streaming: bool, max_files_per_trigger: int = 20):
     """Lines of the landing directory as ``(raw, source, arrival_ms)``.
 
-    Files whose names start with ``_`` or ``.`` are skipped (in-flight writes, manifests).
+    Files whose names start with ``_`` or ``.`` are skipped (in-flight writes, manifests). A
+    filter on ``source`` or ``arrival_ms`` of a batch read prunes files before any is opened
+    (Spark evaluates it on each file's metadata).
     """
     from pyspark.sql import functions as F
 
@@ -73,13 +81,18 @@ def drop_blank_lines(lines: DataFrame) -> DataFrame:
 
 
 def source_lines(
-    spark: SparkSession, config: PipelineConfig, streaming: bool, resume: ResumePoint | None = None
+    spark: SparkSession,
+    config: PipelineConfig,
+    streaming: bool,
+    resume: ResumePoint | None = None,
+    kafka_from_ms: int | None = None,
 ) -> DataFrame:
     """A line-oriented source as ``(raw, source, arrival_ms)`` lines.
 
     After a checkpoint reset (``resume``) Kafka starts at the offsets the committed batches
     ended at, and lines of files committed batches already read are dropped (a new checkpoint's
-    file source lists every file again)."""
+    file source lists every file again). ``kafka_from_ms`` (batch reads): each partition from its
+    first record with a timestamp at or after it."""
     from pyspark.sql import functions as F
 
     src = config.source
@@ -104,6 +117,7 @@ def source_lines(
             streaming,
             starting,
             src.max_offsets_per_trigger,
+            from_timestamp_ms=kafka_from_ms,
         )
     raise ConfigError(f"source.kind {src.kind} has no line reader")
 
@@ -120,8 +134,147 @@ def parsed_source(
         return read_upstream_events(
             spark, src.path, streaming, src.watermark_column, src.max_files_per_trigger
         )
-    lines = source_lines(spark, config, streaming, resume)
-    return parse_records(drop_blank_lines(lines), config.validation)
+    return parse_lines(source_lines(spark, config, streaming, resume), config.validation)
+
+
+def parse_lines(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
+    """``(raw, source, arrival_ms)`` lines as validated rows: blank lines dropped, the rest parsed."""
+    return parse_records(drop_blank_lines(lines), rules)
+
+
+@dataclass(frozen=True)
+class RangeInput:
+    """A batch read of the source restricted to what can hold records of ``[start, end)``."""
+
+    rows: DataFrame  # validated rows (:data:`tidemark.records.PARSED_COLUMNS`)
+    note: str  # what was read, for people
+    files: pruning.FileSelection | None = None  # landing files read and skipped (local directories)
+    kafka_from_ms: int | None = None  # Kafka: each partition read from this timestamp on
+
+    def describe(self) -> str:
+        return self.files.describe() if self.files is not None else self.note
+
+
+def parsed_range(
+    spark: SparkSession,
+    config: PipelineConfig,
+    start_ms: int,
+    end_ms: int,
+    prune: bool = True,
+    update_index: bool = True,
+) -> RangeInput:
+    """The source as validated rows (batch), pruned to what can hold a record with event time in
+    ``[start, end)`` by the rules of :mod:`tidemark.pruning`; every row that can count in the
+    range is there. Rows outside the range remain: the caller selects.
+
+    ``prune=False`` reads everything. Files the landing index does not describe yet are indexed
+    first (a Spark job); ``update_index=False`` keeps those entries in memory only."""
+    from pyspark.sql import functions as F
+
+    src = config.source
+    if not prune:
+        return RangeInput(parsed_source(spark, config, streaming=False), "the whole source")
+    if src.kind == "delta":
+        rows = parsed_source(spark, config, streaming=False)
+        # Upstream rows are parsed already: this filter goes to the Delta scan's file skipping.
+        in_range = (F.col("event_time") >= start_ms) & (F.col("event_time") < end_ms)
+        return RangeInput(rows.where(in_range), "upstream events of the range (by event time)")
+    earliest = pruning.earliest_arrival_ms(start_ms, config.validation.max_clock_skew)
+    since = format_instant_ms(earliest)
+    if src.kind == "kafka":
+        lines = source_lines(spark, config, streaming=False, kafka_from_ms=earliest)
+        note = f"Kafka offsets from the first with a timestamp at or after {since} to the end"
+        return RangeInput(parse_lines(lines, config.validation), note, kafka_from_ms=earliest)
+    assert src.path is not None
+    lines = read_landing_files(spark, src.path, streaming=False)
+    files = _select_landing_files(config, lines, start_ms, end_ms, update_index)
+    # Rule 1 applied by Spark to each file's modification time, the very arrival the skew rule
+    # compares with (on any file system); rule 2 names the files the landing index rules out.
+    kept = lines.where(F.col("arrival_ms") >= earliest)
+    if files is not None and files.outside_span:
+        kept = kept.where(_source_in(files.outside_span, negate=True))
+    note = f"landing files modified at or after {since}"
+    return RangeInput(parse_lines(kept, config.validation), note, files=files)
+
+
+def _source_in(files: Collection[str], negate: bool = False) -> Column:
+    """``source [NOT] IN (files)``, written as SQL: one call to the JVM, where a Column built from
+    Python literals costs one per file (0.4 s for 1,400 files). Spark evaluates it on each file's
+    metadata, before opening any."""
+    from pyspark.sql import functions as F
+
+    def quoted(value: str) -> str:
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    listed = ", ".join(quoted(f) for f in sorted(files))
+    return F.expr(f"source {'NOT ' if negate else ''}IN ({listed})")
+
+
+def _select_landing_files(
+    config: PipelineConfig,
+    lines: DataFrame,
+    start_ms: int,
+    end_ms: int,
+    update_index: bool,
+) -> pruning.FileSelection | None:
+    """The landing files to read for the range, indexing those the landing index does not
+    describe yet with ``lines`` (a batch read of the directory); None when the directory is not
+    local (rule 1 alone applies)."""
+    assert config.source.path is not None
+    listed = pruning.list_landing(config.source.path)
+    if listed is None:
+        return None
+    files: list[pruning.LandingFile] = listed
+    rules = config.validation
+    spans = pruning.read_spans(config, [f.path for f in files])
+
+    def select() -> pruning.FileSelection:
+        skew, limit = rules.max_clock_skew, rules.max_record_bytes
+        return pruning.select_files(files, spans, start_ms, end_ms, skew, limit)
+
+    selection = select()
+    if not selection.to_index:
+        return selection
+    new = index_landing_files(lines, selection.to_index, rules)
+    if update_index:
+        pruning.append_spans(config, new)
+    spans.update((span.path, span) for span in new)
+    return replace(select(), indexed=len(new))
+
+
+def index_landing_files(
+    lines: DataFrame, files: Sequence[pruning.LandingFile], rules: ValidationConfig
+) -> list[pruning.FileSpan]:
+    """Landing index entries for ``files`` of ``lines`` (a batch read of the directory): one Spark
+    job parses them as the recompute does and keeps, per file, how many lines have an event time
+    and the smallest and largest (valid records or not). A file with no parsed line (empty or
+    blank) gets no entry and is read again next time."""
+    from pyspark.sql import functions as F
+
+    by_path = {f.path: f for f in files}
+    parsed = parse_lines(lines.where(_source_in(by_path)), rules)
+    rows = (
+        parsed.groupBy("source")
+        .agg(
+            F.count("event_time").alias("lines"),
+            F.min("event_time").alias("min_event_ms"),
+            F.max("event_time").alias("max_event_ms"),
+        )
+        .collect()
+    )
+    return [
+        pruning.FileSpan(
+            path=row["source"],
+            size=by_path[row["source"]].size,
+            modified_ms=by_path[row["source"]].modified_ms,
+            max_record_bytes=rules.max_record_bytes,
+            lines=int(row["lines"]),
+            min_event_ms=row["min_event_ms"],
+            max_event_ms=row["max_event_ms"],
+        )
+        for row in rows
+        if row["source"] in by_path
+    ]
 
 
 def is_event_col():

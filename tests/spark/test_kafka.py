@@ -3,7 +3,9 @@ and a batch recompute that re-reads the topic by offset range."""
 
 from __future__ import annotations
 
-from helpers import assert_exactly_once, kafka_pipeline
+import json
+
+from helpers import assert_exactly_once, kafka_pipeline, write_config
 from pyspark.sql import functions as F
 
 from tidemark.reconcile import reconcile
@@ -21,3 +23,66 @@ def test_kafka_stream_is_exactly_once_and_hosts_stay_in_one_partition(spark, kaf
     assert partitions.groupBy("host").count().where("count > 1").count() == 0
     report = reconcile(spark, config, scenario.start_ms, scenario.end_ms)
     assert len(report.closed) == scenario.minutes and all(w.unexplained == 0 for w in report.closed)
+
+
+def test_the_kafka_recompute_starts_at_the_range_by_timestamp_and_still_counts_a_late_backlog(
+    spark, kafka, tmp_path
+):
+    """Records published before the range could hold it (timestamp < start - skew) are not read;
+    a backlog published hours after the range is counted; a partition with nothing recent is
+    read from its end."""
+    from confluent_kafka import Producer
+
+    from tidemark.kafka import ensure_topic
+    from tidemark.pruning import earliest_arrival_ms
+    from tidemark.reconcile import recompute_windows
+    from tidemark.sources import parsed_range
+
+    minute, hour = 60_000, 3_600_000
+    start = 1_763_805_600_000  # 2025-11-22T10:00Z
+    end = start + hour
+    topic = "prune-by-timestamp"
+    ensure_topic(kafka.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    published: dict[str, int] = {}  # event_id -> event time, of the records that count
+
+    def publish(event_id: str, event_time: int, timestamp: int, partition: int, counts: bool) -> None:
+        value = json.dumps(
+            {"event_id": event_id, "host": f"h{partition}", "event_time": event_time, "key": "k"}
+        )
+        producer.produce(topic, value=value.encode(), partition=partition, timestamp=timestamp)
+        if counts:
+            published[event_id] = event_time
+
+    for i in range(18):  # the hour before, published on time; partition 3 holds nothing else
+        t = start - hour + i * 3 * minute
+        publish(f"old-{i}", t, t + 1_000, i % 4, counts=False)
+    for i in range(30):  # the hour, published on time
+        t = start + i * 2 * minute
+        publish(f"hour-{i}", t, t + 1_000, i % 3, counts=True)
+    for i in range(5):  # the hour again, from a host that was down: published three hours later
+        t = start + i * 11 * minute
+        publish(f"backlog-{i}", t, end + 3 * hour, 0, counts=True)
+    assert producer.flush(60) == 0
+
+    config = write_config(
+        tmp_path,
+        name="kprune",
+        source={"kind": "kafka", "bootstrap_servers": kafka.bootstrap, "topic": topic, "path": None},
+    )
+    source = parsed_range(spark, config, start, end)
+    assert source.kafka_from_ms == earliest_arrival_ms(start, config.validation.max_clock_skew)
+    read = {r.event_id for r in source.rows.select("event_id").collect()}
+    assert read == set(published)  # the last old record was published at start - 9 min
+
+    rows = recompute_windows(spark, config, start, end, source=source).collect()
+    everything = parsed_range(spark, config, start, end, prune=False)
+    assert {r.event_id for r in everything.rows.select("event_id").collect()} >= {
+        f"old-{i}" for i in range(18)
+    }
+    unpruned = recompute_windows(spark, config, start, end, source=everything).collect()
+    counts = {r.window_start_ms: r.events for r in rows}
+    expected: dict[int, int] = {}
+    for t in published.values():
+        expected[t - t % minute] = expected.get(t - t % minute, 0) + 1
+    assert counts == expected == {r.window_start_ms: r.events for r in unpruned}

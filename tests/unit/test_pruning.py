@@ -1,0 +1,161 @@
+"""The recompute's pruning rule at its boundaries (pure, no Spark): a file is skipped only when its
+modification time or its indexed span proves it holds no record of the range."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tidemark.pruning import (
+    MTIME_MARGIN_MS,
+    FileSpan,
+    LandingFile,
+    earliest_arrival_ms,
+    list_landing,
+    select_files,
+    spark_file_name,
+)
+
+START, END = 10_000_000, 13_600_000  # one hour
+SKEW = 300_000
+LIMIT = 65_536
+EARLIEST = START - SKEW - MTIME_MARGIN_MS
+
+
+def _select(files, spans=(), **kwargs):
+    return select_files(files, {s.path: s for s in spans}, START, END, SKEW, LIMIT, **kwargs)
+
+
+def _span(file: LandingFile, lo: int | None, hi: int | None, **changes) -> FileSpan:
+    fields = dict(
+        path=file.path,
+        size=file.size,
+        modified_ms=file.modified_ms,
+        max_record_bytes=LIMIT,
+        lines=0 if lo is None else 3,
+        min_event_ms=lo,
+        max_event_ms=hi,
+    )
+    return FileSpan(**{**fields, **changes})
+
+
+def test_earliest_arrival_is_the_range_start_less_the_allowed_skew_and_a_second():
+    assert earliest_arrival_ms(START, SKEW) == START - SKEW - 1_000 == EARLIEST
+
+
+@pytest.mark.parametrize(
+    ("modified_ms", "skipped"),
+    [(EARLIEST - 1, True), (EARLIEST, False), (START, False), (END + 5 * 3_600_000, False)],
+)
+def test_a_file_is_skipped_by_time_only_when_modified_before_the_earliest_arrival(modified_ms, skipped):
+    file = LandingFile("file:/l/a", 10, modified_ms)
+    selection = _select([file])
+    assert selection.before_range == (("file:/l/a",) if skipped else ())
+    assert selection.read == (() if skipped else ("file:/l/a",))  # not indexed: read
+
+
+@pytest.mark.parametrize(
+    ("modified_ms", "indexed"),
+    [(START, False), (END + SKEW - 1, False), (END + SKEW, True), (END + 5 * 3_600_000, True)],
+)
+def test_a_file_without_an_entry_is_read_and_indexed_only_when_modified_after_the_range_and_skew(
+    modified_ms, indexed
+):
+    file = LandingFile("file:/l/a", 10, modified_ms)
+    selection = _select([file])
+    assert selection.read == ("file:/l/a",)
+    assert selection.to_index == ((file,) if indexed else ())
+
+
+def test_an_entry_rules_out_a_file_modified_while_the_range_was_current_too():
+    file = LandingFile("file:/l/a", 10, START + 60_000)
+    assert _select([file], [_span(file, START - 500, START - 1)]).outside_span == ("file:/l/a",)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "read"),
+    [
+        (START - 500, START - 1, False),  # ends just before the range
+        (START - 500, START, True),  # its last line is the range's first instant
+        (END - 1, END + 500, True),  # its first line is the range's last instant
+        (END, END + 500, False),  # starts at the range's end (exclusive)
+        (START - 10 * 3_600_000, END + 10 * 3_600_000, True),  # a backlog around the range
+        (None, None, False),  # no line with an event time
+    ],
+)
+def test_an_indexed_file_is_read_exactly_when_its_span_meets_the_range(lo, hi, read):
+    file = LandingFile("file:/l/a", 10, END + 3_600_000)  # landed an hour after the range
+    selection = _select([file], [_span(file, lo, hi)])
+    assert selection.to_index == ()
+    assert (selection.read, selection.outside_span) == (
+        (("file:/l/a",), ()) if read else ((), ("file:/l/a",))
+    )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"size": 11},  # rewritten: another size
+        {"modified_ms": END + 3_600_001},  # rewritten: another modification time
+        {"max_record_bytes": LIMIT - 1},  # indexed under a smaller record-size limit
+        {"path": "file:/l/b"},  # another file's entry
+    ],
+)
+def test_an_entry_that_no_longer_describes_the_file_is_ignored_and_the_file_read(changes):
+    file = LandingFile("file:/l/a", 10, END + 3_600_000)
+    stale = _span(file, END + 1, END + 2, **changes)  # would put the file outside the range
+    selection = _select([file], [stale])
+    assert selection.read == ("file:/l/a",) and selection.to_index == (file,)
+
+
+def test_an_entry_built_under_a_larger_record_size_limit_still_describes_the_file():
+    file = LandingFile("file:/l/a", 10, END + 3_600_000)
+    selection = _select([file], [_span(file, END + 1, END + 2, max_record_bytes=LIMIT * 2)])
+    assert selection.outside_span == ("file:/l/a",)
+
+
+def test_the_summary_counts_every_file_once():
+    files = [
+        LandingFile("file:/l/old", 1, EARLIEST - 60_000),
+        LandingFile("file:/l/hour", 1, START + 60_000),
+        LandingFile("file:/l/next", 1, END + 60_000),
+        LandingFile("file:/l/new", 1, END + 60_000),
+    ]
+    spans = [_span(files[1], START, START + 5), _span(files[2], END, END + 5)]
+    selection = _select(files, spans)
+    assert selection.read == ("file:/l/hour", "file:/l/new")
+    assert selection.skipped == {"file:/l/old", "file:/l/next"}
+    assert selection.summary() == {
+        "listed": 4,
+        "read": 2,
+        "skipped_before_range": 1,
+        "skipped_by_index": 1,
+        "indexed_now": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/l/part-000001.jsonl", "file:/l/part-000001.jsonl"),
+        ("/l/a b%c.jsonl", "file:/l/a%20b%25c.jsonl"),
+        ("/l/o'clock+é(1).jsonl", "file:/l/o'clock+é(1).jsonl"),
+        ("/l/back\\slash#?[x].jsonl", "file:/l/back%5Cslash%23%3F%5Bx%5D.jsonl"),
+        ("/l//x/../y.jsonl", "file:/l/y.jsonl"),
+    ],
+)
+def test_a_local_file_is_named_as_spark_names_it(path, name):
+    assert spark_file_name(path) == name
+
+
+def test_the_landing_listing_has_what_spark_reads_with_size_and_modification_time(tmp_path):
+    for name in ("a b.jsonl", "_scenario.json", ".part-1.jsonl.tmp"):
+        (tmp_path / name).write_text("{}\n")
+    (tmp_path / "sub").mkdir()
+    os.utime(tmp_path / "a b.jsonl", (1_700_000_000.1239, 1_700_000_000.1239))
+    expected = [LandingFile(spark_file_name(str(tmp_path / "a b.jsonl")), 3, 1_700_000_000_123)]
+    assert list_landing(str(tmp_path)) == expected
+    assert list_landing(tmp_path.as_uri()) == expected
+    assert list_landing(str(tmp_path / "missing")) is None
+    assert list_landing("s3a://bucket/landing") is None
