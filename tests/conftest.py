@@ -21,6 +21,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
         if "cluster" in parts:  # one Spark cluster for the package: keep its tests on one xdist worker
             item.add_marker(pytest.mark.xdist_group("cluster"))
+        elif getattr(item.module, "ONE_WORKER", False) and item.config.pluginmanager.hasplugin("xdist"):
+            # tests that build on one module fixture, in order: one worker runs them all
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @pytest.fixture(scope="session")

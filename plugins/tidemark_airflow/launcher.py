@@ -8,7 +8,7 @@ Starts, under ``var/platform/`` (or ``--root``):
 * a live generator writing the landing zone with event time ~ now (``tidemark generate --live``),
   starting with the history since the start of the previous hour, so one complete past hour is
   there at once;
-* the pipeline config ``pipelines/live.yaml``, which makes the three Tidemark DAGs appear, with
+* the pipeline config ``pipelines/live.yaml``, which makes the Tidemark DAGs appear, with
   ``airflow.reconcile_start`` at that past hour, and the Airflow pool its Spark tasks run in. The
   stream supervisor DAG then starts the streaming job with the Spark provider and keeps it alive;
   the scheduler's catchup run reconciles the past hour as soon as the watermark has passed it,

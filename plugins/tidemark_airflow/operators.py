@@ -8,6 +8,7 @@ config path: the config is re-read when the task runs.
   entrypoint (jars from the local cache, the Python that runs Airflow for the driver).
 * ``ReconcileSubmitOperator``: the batch recompute-and-diff of the run's interval.
 * ``DataQualitySubmitOperator``: the Great Expectations suites of the interval, Data Docs, report.
+* ``MaintenanceSubmitOperator``: compaction, VACUUM and log cleanup of the pipeline's tables.
 * ``StreamLauncherOperator``: starts the streaming job through the same provider hook, detached,
   so the job does not pin a worker slot; returns once the job's first heartbeat is written.
   Process control (start detached, wait, find by pid, stop) belongs to ``tidemark_airflow.hooks``.
@@ -165,6 +166,16 @@ class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
         alert = quality_alert(config, outcome, pages, context.get("run_id"))
         send(alert, config, context)
         raise AirflowFailException(alert.subject)
+
+
+class MaintenanceSubmitOperator(TidemarkSparkSubmitOperator):
+    """Maintain the pipeline's Delta tables (Spark job ``maintain_job``: ``tidemark maintain``).
+
+    Safe beside the running stream (``tidemark.maintenance``); its log has one line per table
+    (files, bytes, versions, log files before and after, time)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(job="maintain_job", **kwargs)
 
 
 class StreamLauncherOperator(BaseOperator):

@@ -56,7 +56,7 @@ def load_pipeline(config_path: str) -> Pipeline:
 
 def entrypoint(name: str) -> str:
     """The spark-submit application of a Tidemark job (``stream_job``, ``reconcile_job``,
-    ``quality_job``), shipped inside the installed package."""
+    ``quality_job``, ``maintain_job``), shipped inside the installed package."""
     from tidemark.resources import entrypoint as shipped
 
     return str(shipped(name))

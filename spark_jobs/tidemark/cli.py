@@ -1,8 +1,9 @@
 """``tidemark``: the command line.
 
 Sub-commands: ``generate`` (write a synthetic scenario), ``stream`` (the exactly-once streaming
-job), ``reconcile`` (batch recompute-and-diff), ``demo`` (all three, bounded, on the embedded
-default). Errors in input or config end the command with one line on stderr and exit code 2.
+job), ``reconcile`` (batch recompute-and-diff), ``maintain`` (compaction, VACUUM, log cleanup),
+``demo`` (the first three, bounded, on the embedded default). Errors in input or config end the
+command with one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ EXIT_MISALIGNED = 3
 
 def _echo(message: str) -> None:
     print(message, flush=True)
+
+
+def _echo_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _instant(text: str) -> int:
@@ -285,6 +290,21 @@ def cmd_reconcile(args) -> int:
     return 0
 
 
+def cmd_maintain(args) -> int:
+    from tidemark.maintenance import maintain, plan
+
+    config = load_config(args.config)
+    if args.dry_run:
+        for table, kind in plan(config):
+            _echo(f"[{config.pipeline}] {table}: {kind}")
+        return 0
+    spark = session_for(config, "maintain")
+    # with --json the per-table lines go to stderr, so stdout is the JSON alone
+    report = maintain(spark, config, echo=_echo_stderr if args.json else _echo)
+    _echo(report.to_json() if args.json else report.summary())
+    return 0
+
+
 EXIT_STALLED = 4
 
 
@@ -398,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_generate_command,
         _add_stream_command,
         _add_reconcile_command,
+        _add_maintain_command,
         _add_watermark_command,
         _add_validate_command,
         _add_report_command,
@@ -496,9 +517,29 @@ def _add_reconcile_command(sub) -> None:
         help=f"exit with code {EXIT_MISALIGNED} if any closed window's alignment is below this",
     )
     rc.add_argument(
-        "--dry-run", action="store_true", help="print only; do not write the reconciliation table"
+        "--dry-run",
+        action="store_true",
+        help="print only; do not write the reconciliation table nor add to the landing index",
     )
     rc.set_defaults(func=cmd_reconcile)
+
+
+def _add_maintain_command(sub) -> None:
+    mt = sub.add_parser(
+        "maintain",
+        help="compact, VACUUM and checkpoint a pipeline's Delta tables (safe beside the stream)",
+        description="OPTIMIZE the small append-only tables, OPTIMIZE events ZORDER BY (event_time), "
+        "VACUUM every table with maintenance.vacuum_retention (Delta's retention check on), write a "
+        "Delta checkpoint and remove log entries older than maintenance.log_retention. The _state "
+        "tables are never compacted, and left as they are while a batch has written them without "
+        "committing. Prints one line per table: files, bytes, versions, log files, time.",
+    )
+    mt.add_argument("--config", required=True, help="pipeline YAML file")
+    mt.add_argument("--json", action="store_true", help="print the measurements as JSON for machines")
+    mt.add_argument(
+        "--dry-run", action="store_true", help="list the tables and what each would get; start no JVM"
+    )
+    mt.set_defaults(func=cmd_maintain)
 
 
 def _add_watermark_command(sub) -> None:

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from tidemark.timeutil import format_duration_ms, parse_duration_ms, parse_instant_ms
+from tidemark.timeutil import MS_PER_HOUR, format_duration_ms, parse_duration_ms, parse_instant_ms
 
 
 class ConfigError(ValueError):
@@ -141,6 +141,83 @@ class AirflowConfig(_Strict):
     restart_window: DurationMs = Field(default=parse_duration_ms("1h"))
 
 
+# Delta's own default for ``delta.deletedFileRetentionDuration``, below which its retention check
+# (kept on by Tidemark) refuses a VACUUM: the least ``maintenance.vacuum_retention`` may be.
+MIN_VACUUM_RETENTION_MS = parse_duration_ms("7d")
+_CRON = re.compile(r"^(@(hourly|daily|weekly|monthly)|\S+( \S+){4})$")
+
+
+def _delta_interval(ms: int) -> str:
+    """A whole-hour duration as a Delta table property value: ``interval 7 days``, ``interval 36 hours``."""
+    hours = ms // MS_PER_HOUR
+    return f"interval {hours // 24} days" if hours % 24 == 0 else f"interval {hours} hours"
+
+
+class MaintenanceConfig(_Strict):
+    """Table maintenance (``tidemark maintain``, :mod:`tidemark.maintenance`): compaction, VACUUM,
+    Delta log checkpoints and cleanup, run by the pipeline's maintenance DAG on ``schedule``."""
+
+    # when the maintenance DAG runs: cron (UTC) or @hourly/@daily/@weekly/@monthly; the default
+    # stays clear of the top of the hour, when the hourly reconciliation starts
+    schedule: str = "30 3 * * *"
+    # VACUUM deletes the files a commit removed (compaction, state overwrites) this long ago. Every
+    # reader of an older snapshot needs them until it is done: a running reconcile or quality job,
+    # a downstream pipeline streaming this one's events, a restart after a long outage. Whole hours.
+    vacuum_retention: DurationMs = Field(default=MIN_VACUUM_RETENTION_MS)
+    # How long Delta keeps the log (time travel, a downstream Delta source resuming from an old
+    # version): Delta's default. Whole hours, at least vacuum_retention.
+    log_retention: DurationMs = Field(default=parse_duration_ms("30d"))
+    # OPTIMIZE events ZORDER BY (event_time). Delta's ZORDER rewrites the whole table each run; set
+    # false for an events table too large to rewrite on every schedule (it is then vacuumed and
+    # checkpointed only).
+    zorder_events: bool = True
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if not _CRON.match(value.strip()):
+            raise ValueError(f"{value!r} is not a 5-field cron expression or @hourly/@daily/@weekly/@monthly")
+        return value.strip()
+
+    @field_validator("vacuum_retention", "log_retention")
+    @classmethod
+    def _whole_hours(cls, value: int) -> int:
+        if value % MS_PER_HOUR:
+            raise ValueError(f"{format_duration_ms(value)} is not a whole number of hours")
+        return value
+
+    @field_validator("vacuum_retention")
+    @classmethod
+    def _at_least_a_week(cls, value: int) -> int:
+        if value < MIN_VACUUM_RETENTION_MS:
+            raise ValueError(
+                f"{format_duration_ms(value)} is below the minimum, "
+                f"{format_duration_ms(MIN_VACUUM_RETENTION_MS)}: "
+                "readers of older snapshots (a running reconcile, a stream restarting after an outage, a "
+                "downstream pipeline) need removed files that long, and Delta's retention check refuses less"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _log_outlives_files(self) -> MaintenanceConfig:
+        if self.log_retention < self.vacuum_retention:
+            raise ValueError(
+                f"log_retention ({format_duration_ms(self.log_retention)}) must be at least "
+                f"vacuum_retention ({format_duration_ms(self.vacuum_retention)}): reading an old "
+                "version needs its log as well as its files"
+            )
+        return self
+
+    def table_properties(self) -> dict[str, str]:
+        """The Delta table properties these retentions are: set when a table is created
+        (:class:`tidemark.tables.TableWriter`) or by the first maintenance after they change, so a
+        VACUUM or log cleanup run by hand keeps them too."""
+        return {
+            "delta.deletedFileRetentionDuration": _delta_interval(self.vacuum_retention),
+            "delta.logRetentionDuration": _delta_interval(self.log_retention),
+        }
+
+
 class SparkConfig(_Strict):
     master: str | None = None
     shuffle_partitions: int = Field(default=4, ge=1)
@@ -163,6 +240,7 @@ class PipelineConfig(_Strict):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
     @field_validator("pipeline")
     @classmethod

@@ -106,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "submit stream_job.py --master spark://127.0.0.1:7077 -- --config F --once",
     )
     submit.add_argument(
-        "job", help="script, or a shipped job (stream_job.py, reconcile_job.py, quality_job.py)"
+        "job",
+        help="script, or a shipped job (stream_job.py, reconcile_job.py, quality_job.py, maintain_job.py)",
     )
     submit.add_argument(
         "--master",

@@ -27,7 +27,7 @@ class SetupError(RuntimeError):
     """The machine is missing something set-up should have provided."""
 
 
-JOBS = ("stream_job", "reconcile_job", "quality_job")
+JOBS = ("stream_job", "reconcile_job", "quality_job", "maintain_job")
 
 
 def _directory(package: str) -> Path:
@@ -42,7 +42,7 @@ def _directory(package: str) -> Path:
 
 
 def entrypoint(name: str) -> Path:
-    """The spark-submit script of a job (``stream_job``, ``reconcile_job``, ``quality_job``)."""
+    """The spark-submit script of a job (:data:`JOBS`)."""
     stem = name.removesuffix(".py")
     if stem not in JOBS:
         raise ValueError(f"unknown spark job {name!r}; one of {', '.join(JOBS)}")

@@ -98,7 +98,8 @@ def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[
         # plain anyway. Delta ignores per-write Parquet options, so this is the session's
         # setting, by column name: any table the session writes with such a column gets it.
         **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in PLAIN_ENCODED_COLUMNS},
-        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        # Delta's VACUUM retention check stays on (its default): `tidemark maintain` vacuums within
+        # it (tidemark.maintenance).
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.databricks.delta.stateReconstructionValidation.enabled": "false",
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",

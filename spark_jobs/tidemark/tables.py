@@ -7,6 +7,12 @@ when they are large and collected to the driver when they are small; the driver'
 closed windows, state, the watermark row) are written by delta-rs (the ``deltalake`` package)
 with the same app-transaction check, which saves a Spark job and most of a second per write.
 
+A table is created with the retention properties of the pipeline's ``maintenance`` config
+(:meth:`tidemark.config.MaintenanceConfig.table_properties`). When ``tidemark maintain`` changes
+them later (a table created before they were set, a changed config), its metadata commit fails a
+write racing it before anything of the write is committed: such a write is tried again
+(:data:`WRITE_ATTEMPTS`), and the app-transaction check keeps the retry idempotent.
+
 Readers outside Spark (the Airflow side, the report, ``tidemark watermark``) use delta-rs:
 :func:`read_if_exists` and :func:`latest_marker`.
 """
@@ -27,6 +33,20 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+# Tries of a write whose commit lost to a concurrent change of the table's metadata.
+WRITE_ATTEMPTS = 3
+
+
+def metadata_changed(exc: BaseException) -> bool:
+    """Did a commit fail because a concurrent commit changed the table's metadata (its properties)?
+    delta-rs says so in a ``CommitFailedError``, Delta on Spark with ``MetadataChangedException``."""
+    from deltalake.exceptions import CommitFailedError
+
+    if isinstance(exc, CommitFailedError):
+        return "Metadata changed" in str(exc)
+    return type(exc).__name__ == "MetadataChangedException" and type(exc).__module__.startswith("delta.")
+
+
 class TableWriter:
     """Idempotent Delta writes keyed by (run identity, batch id)."""
 
@@ -37,6 +57,10 @@ class TableWriter:
     def path(self, table: str) -> str:
         return self.config.table_path(table)
 
+    def create_options(self, table: str) -> dict[str, str]:
+        """Table properties for a table a write creates (ignored when the table exists)."""
+        return {**self.config.maintenance.table_properties(), **CREATE_OPTIONS.get(table, {})}
+
     def write(
         self,
         frame: DataFrame,
@@ -45,6 +69,8 @@ class TableWriter:
         mode: str = "append",
         options: dict[str, Any] | None = None,
     ) -> None:
+        import delta.exceptions  # noqa: F401  (Delta's commit conflicts raised as Python exceptions)
+
         faults.reached(f"before:{table}", batch_id)
         writer = (
             frame.write.format("delta")
@@ -54,9 +80,15 @@ class TableWriter:
             .option("userMetadata", json.dumps({"tidemark_batch": batch_id}))
         )
         # Table properties for a table this write creates (Delta ignores them on appends).
-        for key, value in {**CREATE_OPTIONS.get(table, {}), **(options or {})}.items():
+        for key, value in {**self.create_options(table), **(options or {})}.items():
             writer = writer.option(key, value)
-        writer.save(self.path(table))
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                writer.save(self.path(table))
+                break
+            except Exception as exc:
+                if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
+                    raise
         faults.reached(f"after:{table}", batch_id)
 
     def write_local(
@@ -75,23 +107,29 @@ class TableWriter:
         faults.reached(f"before:{table}", batch_id)
         path = self.path(table)
         app_id = f"{self.identity.app_id}:{table}"
-        if DeltaTable.is_deltatable(path):
-            existing = DeltaTable(path)
-            done = existing.transaction_version(app_id)
-            if done is not None and done >= batch_id:
-                return existing.version()
-        write_deltalake(
-            path,
-            data,
-            mode=mode,
-            # Table properties for a table this write creates (ignored by delta-rs otherwise).
-            configuration=CREATE_OPTIONS.get(table),
-            schema_mode="overwrite" if mode == "overwrite" else ("merge" if merge_schema else None),
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id, batch_id)],
-                custom_metadata={"tidemark_batch": str(batch_id)},
-            ),
-        )
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            if DeltaTable.is_deltatable(path):
+                existing = DeltaTable(path)
+                done = existing.transaction_version(app_id)
+                if done is not None and done >= batch_id:
+                    return existing.version()
+            try:
+                write_deltalake(
+                    path,
+                    data,
+                    mode=mode,
+                    # Table properties for a table this write creates (ignored by delta-rs otherwise).
+                    configuration=self.create_options(table),
+                    schema_mode="overwrite" if mode == "overwrite" else ("merge" if merge_schema else None),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id, batch_id)],
+                        custom_metadata={"tidemark_batch": str(batch_id)},
+                    ),
+                )
+                break
+            except Exception as exc:
+                if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
+                    raise
         faults.reached(f"after:{table}", batch_id)
         return DeltaTable(path).version()
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 
 import yaml
 from conftest import REPO
@@ -82,11 +83,21 @@ def parse_dags() -> dict:
 
 def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipelines_dir):
     write_pipeline(pipelines_dir, "clicks", airflow={"reconcile_start": "2025-11-22T00:00:00Z"})
-    write_pipeline(pipelines_dir, "orders", airflow={"spark_pool": "spark_orders", "spark_pool_slots": 1})
+    write_pipeline(
+        pipelines_dir,
+        "orders",
+        airflow={"spark_pool": "spark_orders", "spark_pool_slots": 1},
+        maintenance={"schedule": "0 2 * * 0"},
+    )
     result = parse_dags()
     assert result["errors"] == {}
     assert result["heavy"] == []
-    kinds = ["tidemark_reconciliation", "tidemark_stream_supervisor", "tidemark_watermark_monitor"]
+    kinds = [
+        "tidemark_reconciliation",
+        "tidemark_stream_supervisor",
+        "tidemark_watermark_monitor",
+        "tidemark_maintenance",
+    ]
     assert sorted(result["dags"]) == sorted(f"{k}__{p}" for k in kinds for p in ("clicks", "orders"))
     for dag_id, dag in result["dags"].items():
         assert "tidemark" in dag["tags"] and len(dag["tags"]) >= 3, dag_id
@@ -116,12 +127,27 @@ def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipeli
     assert result["dags"]["tidemark_reconciliation__orders"]["catchup"] is False
     assert result["dags"]["tidemark_watermark_monitor__clicks"]["max_active_runs"] == 1
     assert result["dags"]["tidemark_stream_supervisor__clicks"]["max_active_runs"] == 1
+    # table maintenance: one run at a time, no catchup, in the Spark pool, on maintenance.schedule
+    # (default 03:30 UTC daily; orders: Sundays at 02:00)
+    maintenance = result["dags"]["tidemark_maintenance__clicks"]
+    assert (maintenance["max_active_runs"], maintenance["catchup"]) == (1, False)
+    assert maintenance["pools"] == {"maintain": "spark"}
+    assert "maintenance" in maintenance["tags"]
+    # (no start date: the first run is the next scheduled time after the DAG appears)
+    first, second = (datetime.fromisoformat(i[2]) for i in maintenance["intervals"])
+    assert (first.hour, first.minute, second - first) == (3, 30, timedelta(days=1))
+    assert datetime.now(UTC) < first <= datetime.now(UTC) + timedelta(days=1)
+    first, second = (
+        datetime.fromisoformat(i[2]) for i in result["dags"]["tidemark_maintenance__orders"]["intervals"]
+    )
+    assert (first.isoweekday(), first.hour, second - first) == (7, 2, timedelta(days=7))
+    assert result["dags"]["tidemark_maintenance__orders"]["pools"] == {"maintain": "spark_orders"}
 
 
 def test_a_bad_pipeline_config_is_a_one_line_import_error_naming_the_key(pipelines_dir):
     write_pipeline(pipelines_dir, "clicks", watermark={"precison": 0.999})
     errors = parse_dags()["errors"]
-    assert len(errors) == 3  # each DAG file reports it
+    assert len(errors) == 4  # each DAG file reports it
     for message in errors.values():
         assert "clicks.yaml" in message and "watermark.precison: unknown key" in message
 

@@ -188,7 +188,12 @@ def test_the_wheel_runs_the_demo_a_cluster_reconcile_and_the_dag_outside_the_che
     shipped = Path(paths[-1])  # the DAG files' package, printed last above
     for dag_file in shipped.glob("tidemark_*.py"):
         shutil.copy(dag_file, dags)
-    assert sorted(p.name for p in dags.iterdir()), f"no DAG files shipped in {shipped}"
+    assert sorted(p.name for p in dags.iterdir()) == [
+        "tidemark_maintenance.py",
+        "tidemark_reconciliation.py",
+        "tidemark_stream_supervisor.py",
+        "tidemark_watermark_monitor.py",
+    ], f"the DAG files were not all shipped in {shipped}"
     shutil.copy(config, pipelines)
     airflow_env = {
         "AIRFLOW_HOME": str(home),

@@ -57,3 +57,41 @@ def test_load_config_errors_name_the_file(tmp_path):
     listy.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match=r"expected a mapping of keys, got list"):
         load_config(listy)
+
+
+def test_maintenance_defaults_keep_a_week_of_removed_files_and_a_month_of_log():
+    maintenance = parse_config(BASE).maintenance
+    assert (maintenance.vacuum_retention, maintenance.log_retention) == (7 * 86_400_000, 30 * 86_400_000)
+    assert maintenance.schedule == "30 3 * * *" and maintenance.zorder_events is True
+    assert maintenance.table_properties() == {
+        "delta.deletedFileRetentionDuration": "interval 7 days",
+        "delta.logRetentionDuration": "interval 30 days",
+    }
+    longer = parse_config({**BASE, "maintenance": {"vacuum_retention": "180h", "log_retention": "180h"}})
+    assert longer.maintenance.table_properties()["delta.deletedFileRetentionDuration"] == "interval 180 hours"
+
+
+def test_a_vacuum_retention_below_a_week_is_one_line_naming_the_key():
+    with pytest.raises(
+        ConfigError,
+        match=r"^config <config>: maintenance\.vacuum_retention: 2d is below the minimum, 7d: readers of "
+        r"older snapshots \(a running reconcile, a stream restarting after an outage, a downstream "
+        r"pipeline\) need removed files that long, and Delta's retention check refuses less$",
+    ):
+        parse_config({**BASE, "maintenance": {"vacuum_retention": "2d"}})
+    with pytest.raises(ConfigError, match=r"maintenance\.vacuum_retention: 167h is below the minimum, 7d"):
+        parse_config({**BASE, "maintenance": {"vacuum_retention": "167h"}})
+
+
+def test_maintenance_retentions_are_whole_hours_and_the_log_outlives_the_files():
+    with pytest.raises(ConfigError, match=r"maintenance\.log_retention: 90m is not a whole number of hours$"):
+        parse_config({**BASE, "maintenance": {"log_retention": "90m"}})
+    with pytest.raises(
+        ConfigError,
+        match=r"^config <config>: maintenance: log_retention \(7d\) must be at least vacuum_retention "
+        r"\(14d\): reading an old version needs its log as well as its files$",
+    ):
+        parse_config({**BASE, "maintenance": {"vacuum_retention": "14d", "log_retention": "7d"}})
+    with pytest.raises(ConfigError, match=r"maintenance\.schedule: 'daily' is not a 5-field cron expression"):
+        parse_config({**BASE, "maintenance": {"schedule": "daily"}})
+    assert parse_config({**BASE, "maintenance": {"schedule": "@weekly"}}).maintenance.schedule == "@weekly"

@@ -110,7 +110,7 @@ def test_shipped_jobs_are_found_in_the_package_not_the_checkout():
     import tidemark
 
     package = Path(tidemark.__file__).resolve().parent
-    for job in ("stream_job", "reconcile_job", "quality_job"):
+    for job in ("stream_job", "reconcile_job", "quality_job", "maintain_job"):
         assert entrypoint(job).resolve().parent == package / "jobs"
     with pytest.raises(ValueError, match="unknown spark job"):
         entrypoint("no_such_job")
