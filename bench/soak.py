@@ -57,14 +57,21 @@ def table_stats(path: str) -> dict:
     log = Path(path) / "_delta_log"
     if not log.is_dir():
         return {}
-    entries = [p for p in log.iterdir() if p.is_file()]
+    sizes = []
+    for entry in log.iterdir():  # a writer's temporary files come and go while this lists
+        if entry.name.startswith("."):
+            continue
+        try:
+            sizes.append(entry.stat().st_size)
+        except FileNotFoundError:
+            continue
     version = DeltaTable(path).version()
     last = log / "_last_checkpoint"
     checkpoint = json.loads(last.read_text())["version"] if last.is_file() else -1
     return {
         "files": len(DeltaTable(path).file_uris()),
-        "log_files": len(entries),
-        "log_bytes": sum(p.stat().st_size for p in entries),
+        "log_files": len(sizes),
+        "log_bytes": sum(sizes),
         "version": version,
         "since_checkpoint": version - checkpoint,
     }
@@ -92,15 +99,28 @@ def main() -> None:
     )
     parser.add_argument("--table-every", type=int, default=10, help="minutes per row of the final table")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "soak")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="JSONL",
+        help="continue the pipeline of an earlier run (its tables, checkpoint and landing area: a "
+        "restart) and append to its samples file; minutes continue from its last sample",
+    )
     args = parser.parse_args()
     print(f"machine: {machine_line()}", flush=True)
-    shutil.rmtree(args.workdir, ignore_errors=True)
+    offset, previous = 0.0, []
+    if args.resume:
+        lines = (json.loads(line) for line in args.resume.read_text().splitlines())
+        previous = [sample for sample in lines if "minute" in sample]
+        offset = previous[-1]["minute"] if previous else 0.0
+    else:
+        shutil.rmtree(args.workdir, ignore_errors=True)
     landing = args.workdir / "landing"
     config = pipeline_config(args.workdir, "soak", landing, 2, trigger_interval="10s")
     config_path = args.workdir / "soak.yaml"
     started = datetime.now(UTC)
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"soak-{started:%Y-%m-%dT%H%M}.jsonl"
+    out = args.resume or RESULTS / f"soak-{started:%Y-%m-%dT%H%M}.jsonl"
     minutes = int(args.hours * 60) + 2
     gen = subprocess.Popen(
         [PY, "-m", "tidemark.cli", "generate", "--live", "--out", str(landing), "--hosts", str(args.hosts),
@@ -116,7 +136,7 @@ def main() -> None:
     maint: subprocess.Popen | None = None
     maint_started = 0.0
     seen = 0
-    samples = []
+    samples = list(previous)
     header = {
         "bench": "soak",
         "date": started.isoformat(timespec="seconds"),
@@ -126,8 +146,8 @@ def main() -> None:
         "machine": machine_line(),
         "args": {k: str(v) for k, v in vars(args).items()},
     }
-    with out.open("w") as sink:
-        sink.write(json.dumps(header) + "\n")
+    with out.open("a" if args.resume else "w") as sink:
+        sink.write(json.dumps({**header, "restart": True} if args.resume else header) + "\n")
         try:
             while time.monotonic() < end:
                 time.sleep(args.sample_every)
@@ -151,7 +171,7 @@ def main() -> None:
                 seen += len(batches)
                 secs = [b.seconds for b in batches]
                 sample = {
-                    "minute": round((now - t0) / 60, 1),
+                    "minute": round(offset + (now - t0) / 60, 1),
                     "batches": len(batches),
                     "events": sum(b.events for b in batches),
                     "batch_median_s": round(median(secs), 3) if secs else None,
