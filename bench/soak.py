@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +78,17 @@ def table_stats(path: str) -> dict:
     }
 
 
+def move_files(source: Path, target: Path, prefix: str) -> None:
+    """Move each finished landing file from ``source`` into ``target`` under ``prefix``, its
+    modification time kept (a rename), oldest first, every second."""
+    while True:
+        if source.is_dir():
+            ready = [p for p in source.glob("part-*.jsonl")]
+            for path in sorted(ready, key=lambda p: p.stat().st_mtime):
+                os.replace(path, target / f"{prefix}{path.name}")
+        time.sleep(1)
+
+
 def heap_after_gc_mb(spark) -> float:
     jvm = spark.sparkContext._jvm
     jvm.java.lang.System.gc()
@@ -122,8 +134,16 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     out = args.resume or RESULTS / f"soak-{started:%Y-%m-%dT%H%M}.jsonl"
     minutes = int(args.hours * 60) + 2
+    # A resumed run's generator numbers its files from 0 again: it writes beside the landing area
+    # and its files are moved in under a new prefix (the file source never reads a path twice).
+    target = landing
+    if args.resume:
+        target = args.workdir / f"incoming-{started:%H%M%S}"
+        threading.Thread(
+            target=move_files, args=(target, landing, f"r{started:%H%M%S}-"), daemon=True
+        ).start()
     gen = subprocess.Popen(
-        [PY, "-m", "tidemark.cli", "generate", "--live", "--out", str(landing), "--hosts", str(args.hosts),
+        [PY, "-m", "tidemark.cli", "generate", "--live", "--out", str(target), "--hosts", str(args.hosts),
          "--minutes", str(minutes), "--rate", str(args.rate), "--file-span", str(args.file_span)],
         stdout=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
