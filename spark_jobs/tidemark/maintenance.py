@@ -226,6 +226,7 @@ def maintain_table(
         done.append(sql.vacuum(hours))
         delta = DeltaTable(path)
         delta.create_checkpoint()
+        T.drop_stale_checksum(path)  # Spark's checksum of the _last_checkpoint rewritten here
         delta.cleanup_metadata()
         done += ["checkpoint", "log cleanup"]
     return TableResult(

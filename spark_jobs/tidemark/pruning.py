@@ -245,3 +245,4 @@ def append_spans(config: PipelineConfig, spans: Collection[FileSpan]) -> None:
     columns = {name: [getattr(span, name) for span in spans] for name in names}
     data = pa.table({**columns, "indexed_at": [now_ms()] * len(spans)}, schema=S.LANDING_INDEX_SCHEMA)
     write_deltalake(config.table_path(S.LANDING_INDEX), data, mode="append")
+    T.drop_stale_checksum(config.table_path(S.LANDING_INDEX))

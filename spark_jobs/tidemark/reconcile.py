@@ -439,3 +439,4 @@ def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
     lo, hi = format_instant_ms(report.start_ms), format_instant_ms(report.end_ms)
     predicate = f"window_start >= '{lo}' AND window_start < '{hi}'"
     write_deltalake(path, data, mode="overwrite", predicate=predicate)
+    T.drop_stale_checksum(path)

@@ -19,7 +19,11 @@ Readers outside Spark (the Airflow side, the report, ``tidemark watermark``) use
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import struct
+import zlib
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from tidemark import faults
@@ -130,8 +134,52 @@ class TableWriter:
             except Exception as exc:
                 if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
                     raise
+        drop_stale_checksum(path)  # the commit may have checkpointed (delta-rs's post-commit hook)
         faults.reached(f"after:{table}", batch_id)
         return DeltaTable(path).version()
+
+
+def drop_stale_checksum(path: str) -> bool:
+    """Remove Spark's checksum of ``_delta_log/_last_checkpoint`` when it no longer matches the
+    file; True when one was removed.
+
+    Spark reads ``file:`` paths through Hadoop's checksummed local file system, which writes a
+    ``.<name>.crc`` beside every file (CRC-32 per 512-byte chunk) and fails a read whose file no
+    longer matches it (``ChecksumException``). ``_last_checkpoint`` is the one log file rewritten
+    in place: once Spark has written it (its own checkpoint, every 10 Spark commits) and delta-rs
+    rewrites it (a checkpoint by a delta-rs commit or by ``tidemark maintain``), every Spark read
+    of the table fails until the stale checksum is gone. Found by the soak benchmark
+    (docs/benchmarks.md). A checksum that matches is kept; object stores have no such files.
+    """
+    local = path.removeprefix("file://").removeprefix("file:")
+    if "://" in local:
+        return False
+    log = os.path.join(local, "_delta_log")
+    crc_path = os.path.join(log, "._last_checkpoint.crc")
+    try:
+        with open(crc_path, "rb") as f:
+            crc = f.read()
+        with open(os.path.join(log, "_last_checkpoint"), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return False
+    if _hadoop_crc_matches(crc, data):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(crc_path)
+    return True
+
+
+def _hadoop_crc_matches(crc: bytes, data: bytes) -> bool:
+    """Does a Hadoop ``.crc`` file (``crc\\0``, bytes per checksum, a big-endian CRC-32 per chunk)
+    describe ``data``? Anything else (another checksum type, a truncated file) counts as no."""
+    if len(crc) < 8 or crc[:4] != b"crc\x00":
+        return False
+    (chunk,) = struct.unpack(">i", crc[4:8])
+    if chunk <= 0:
+        return False
+    sums = [zlib.crc32(data[i : i + chunk]) for i in range(0, len(data), chunk)]
+    return crc[8:] == b"".join(struct.pack(">I", x) for x in sums)
 
 
 def table_exists(path: str) -> bool:

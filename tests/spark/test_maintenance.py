@@ -267,3 +267,38 @@ def test_maintenance_beside_a_live_stream_breaks_nothing(spark, tmp_path, monkey
     )
     for run in runs:
         print(run.summary())
+
+
+def test_a_delta_rs_checkpoint_after_a_spark_one_leaves_the_checkpoint_readable_by_spark(spark, tmp_path):
+    """Spark checkpoints every 10 of its commits and its local file system writes a checksum of
+    ``_last_checkpoint``; delta-rs rewriting that file (a maintenance checkpoint) left the
+    checksum stale, so every fresh Spark reader of the table failed to read it (ChecksumException),
+    logged it as corrupted and slept ~3 s before listing the log instead (found by
+    bench/soak.py: the stream's restart after a maintenance run)."""
+    from deltalake import DeltaTable
+
+    path = str(tmp_path / "table")
+    for i in range(11):  # Spark's own checkpoint at version 10
+        spark.range(i, i + 1).write.format("delta").mode("append").save(path)
+    log = tmp_path / "table" / "_delta_log"
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(f"file:{log / '_last_checkpoint'}")
+    fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def read_through_hadoop() -> bytes:  # how Spark's Delta reads it: checksummed
+        stream = fs.open(target)
+        try:
+            return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
+    assert (log / "._last_checkpoint.crc").exists() and not T.drop_stale_checksum(path)  # it matches
+    assert read_through_hadoop() == (log / "_last_checkpoint").read_bytes()
+    spark.range(11, 12).write.format("delta").mode("append").save(path)
+    DeltaTable(path).create_checkpoint()  # version 11: delta-rs rewrites _last_checkpoint
+    with pytest.raises(Exception, match="ChecksumException"):
+        read_through_hadoop()  # the bug, as Spark meets it
+    assert T.drop_stale_checksum(path) and not (log / "._last_checkpoint.crc").exists()
+    assert b'"version":11' in read_through_hadoop()
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    assert spark.read.format("delta").load(path).count() == 12
