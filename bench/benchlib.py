@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +47,33 @@ def machine_line() -> str:
         f"{now}; nproc {os.cpu_count()}; RAM {mem_kb / 1024**2:.1f} GiB; load average {load}; "
         f"Python {platform.python_version()}"
     )
+
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def result_header(bench: str, args) -> dict:
+    """What every raw result file starts with: the bench, when, on which commit and machine,
+    with which arguments."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {
+        "bench": bench,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": commit.stdout.strip(),
+        "machine": machine_line(),
+        "load": load_line(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+
+
+def write_results(bench: str, args, **figures) -> Path:
+    """``bench/results/<bench>-<UTC date>.json``: the header and the figures; prints its path."""
+    RESULTS.mkdir(exist_ok=True)
+    header = result_header(bench, args)
+    out = RESULTS / f"{bench}-{header['date'][:10]}.json"
+    out.write_text(json.dumps({**header, **figures}, indent=1))
+    print(f"\nraw results: {out}")
+    return out
 
 
 def load_line() -> str:

@@ -17,20 +17,17 @@ share the same two cores, which the table's load column makes visible. Nothing i
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import DEFAULT_WORKDIR, machine_line, md_table
+from benchlib import DEFAULT_WORKDIR, machine_line, md_table, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).resolve().parent / "results"
 PORT, UI_PORT = 7177, 18180
 RUN_LINE = re.compile(r"^\s+(\w+): ([\d.]+)s, (\d+) batches \((load average [\d. ]+)\)")
 INPUT_LINE = re.compile(r"^input: ([\d,]+) lines")
@@ -110,16 +107,7 @@ def main() -> None:
         f"{lines:,} lines, best of {args.rounds} rounds, {args.cores} core(s) and {args.memory} per worker:"
     )
     print(md_table(["system", "workers", "wall (s)", "lines/s", "lines/s per worker", "vs 1 worker"], rows))
-    RESULTS.mkdir(exist_ok=True)
-    now = datetime.now(UTC)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    out = RESULTS / f"cluster_scaling-{now:%Y-%m-%d}.json"
-    payload = {"bench": "cluster_scaling", "date": now.isoformat(timespec="seconds"), "commit": commit,
-               "machine": machine_line(), "args": vars(args), "lines": lines, **results}  # fmt: skip
-    out.write_text(json.dumps(payload, indent=1))
-    print(f"\nraw results: {out}")
+    write_results("cluster_scaling", args, lines=lines, **results)
 
 
 if __name__ == "__main__":

@@ -27,23 +27,29 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pyarrow as pa
-from benchlib import DEFAULT_WORKDIR, load_line, machine_line, md_table, median, pipeline_config, session
+from benchlib import (
+    DEFAULT_WORKDIR,
+    load_line,
+    machine_line,
+    md_table,
+    median,
+    pipeline_config,
+    session,
+    write_results,
+)
 
 from tidemark import schemas as S
 from tidemark.dedup import _Catalog, time_ranges
 from tidemark.generator import Scenario, generate_files, write_file
 from tidemark.stream import start_stream
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SPAN_S = 300
 
 
@@ -194,23 +200,7 @@ def main() -> None:
             ],
         )
     )
-    RESULTS.mkdir(exist_ok=True)
-    now = datetime.now(UTC)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    out = RESULTS / f"dedup_old_retry-{now:%Y-%m-%d}.json"
-    payload = {
-        "bench": "dedup_old_retry",
-        "date": now.isoformat(timespec="seconds"),
-        "commit": commit,
-        "machine": machine_line(),
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "catalog_events": stored,
-        **results,
-    }
-    out.write_text(json.dumps(payload, indent=1))
-    print(f"\nraw results: {out}")
+    write_results("dedup_old_retry", args, catalog_events=stored, **results)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,10 @@ time at 1M hosts at most 1.5x the batch time at 10k. Markdown out, raw figures t
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,6 +36,7 @@ from benchlib import (
     pipeline_config,
     rss_kb,
     session,
+    write_results,
 )
 
 from tidemark.generator import Scenario, generate_files
@@ -46,7 +44,6 @@ from tidemark.stream import start_stream
 
 WARMUP = 1  # full batches that add the hosts (reported apart from the steady ones)
 FULL = 0.8  # a batch with at least this share of the largest batch's lines is a full one
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclass
@@ -190,27 +187,7 @@ def main() -> None:
     print(table(best, sizes[0]))
     print()
     print(phase_table(best))
-    RESULTS.mkdir(exist_ok=True)
-    now = datetime.now(UTC)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    out = RESULTS / f"hosts_scale-{now:%Y-%m-%d}.json"
-    out.write_text(
-        json.dumps(
-            {
-                "bench": "hosts_scale",
-                "date": now.isoformat(timespec="seconds"),
-                "commit": commit,
-                "machine": machine_line(),
-                "load": load_line(),
-                "args": {k: str(v) for k, v in vars(args).items()},
-                "runs": [asdict(r) for r in rounds],
-            },
-            indent=1,
-        )
-    )
-    print(f"\nraw results: {out}")
+    write_results("hosts_scale", args, runs=[asdict(r) for r in rounds])
 
 
 if __name__ == "__main__":

@@ -33,12 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import (
     DEFAULT_WORKDIR,
+    RESULTS,
     jvm_pid,
     load_line,
     machine_line,
     md_table,
     median,
     pipeline_config,
+    result_header,
     rss_kb,
     session,
 )
@@ -46,7 +48,6 @@ from benchlib import (
 from tidemark import schemas as S
 from tidemark.stream import start_stream
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TABLES = (S.EVENTS, S.WINDOWS, S.LATE_EVENTS, S.QUARANTINE, S.WATERMARKS, S.HOST_PROGRESS, S.OPEN_WINDOWS)
 PY = sys.executable
 
@@ -157,15 +158,7 @@ def main() -> None:
     maint_started = 0.0
     seen = 0
     samples = list(previous)
-    header = {
-        "bench": "soak",
-        "date": started.isoformat(timespec="seconds"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "machine": machine_line(),
-        "args": {k: str(v) for k, v in vars(args).items()},
-    }
+    header = result_header("soak", args)
     with out.open("a" if args.resume else "w") as sink:
         sink.write(json.dumps({**header, "restart": True} if args.resume else header) + "\n")
         try:
