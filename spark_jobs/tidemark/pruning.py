@@ -239,10 +239,8 @@ def append_spans(config: PipelineConfig, spans: Collection[FileSpan]) -> None:
     if not spans:
         return
     import pyarrow as pa
-    from deltalake import write_deltalake
 
     names = [f.name for f in S.LANDING_INDEX_SCHEMA if f.name != "indexed_at"]
     columns = {name: [getattr(span, name) for span in spans] for name in names}
     data = pa.table({**columns, "indexed_at": [now_ms()] * len(spans)}, schema=S.LANDING_INDEX_SCHEMA)
-    write_deltalake(config.table_path(S.LANDING_INDEX), data, mode="append")
-    T.drop_stale_checksum(config.table_path(S.LANDING_INDEX))
+    T.write_rs(config.table_path(S.LANDING_INDEX), data, mode="append")

@@ -412,8 +412,6 @@ def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
 
     A few rows per window, written from the driver by delta-rs: no Spark job (about a second
     less per reconciliation than a Spark write with ``replaceWhere``)."""
-    from deltalake import write_deltalake
-
     n = len(report.windows)
 
     def micros(ms: int | None) -> int | None:
@@ -434,9 +432,8 @@ def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
     )
     path = config.table_path(S.RECONCILIATION)
     if not T.table_exists(path):
-        write_deltalake(path, data, mode="append")
+        T.write_rs(path, data, mode="append")
         return
     lo, hi = format_instant_ms(report.start_ms), format_instant_ms(report.end_ms)
     predicate = f"window_start >= '{lo}' AND window_start < '{hi}'"
-    write_deltalake(path, data, mode="overwrite", predicate=predicate)
-    T.drop_stale_checksum(path)
+    T.write_rs(path, data, mode="overwrite", predicate=predicate)

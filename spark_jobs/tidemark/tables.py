@@ -106,7 +106,7 @@ class TableWriter:
         """Idempotent delta-rs write of a driver-side frame; returns the table version after it.
 
         ``merge_schema`` lets an append add columns (tables written before a column existed)."""
-        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+        from deltalake import CommitProperties, DeltaTable, Transaction
 
         faults.reached(f"before:{table}", batch_id)
         path = self.path(table)
@@ -118,7 +118,7 @@ class TableWriter:
                 if done is not None and done >= batch_id:
                     return existing.version()
             try:
-                write_deltalake(
+                write_rs(
                     path,
                     data,
                     mode=mode,
@@ -134,9 +134,18 @@ class TableWriter:
             except Exception as exc:
                 if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
                     raise
-        drop_stale_checksum(path)  # the commit may have checkpointed (delta-rs's post-commit hook)
         faults.reached(f"after:{table}", batch_id)
         return DeltaTable(path).version()
+
+
+def write_rs(path: str, data, **options) -> None:
+    """The project's one delta-rs write (``deltalake.write_deltalake``): a commit may checkpoint
+    (delta-rs's post-commit hook), so Spark's checksum of ``_last_checkpoint`` is checked after it
+    (:func:`drop_stale_checksum`)."""
+    from deltalake import write_deltalake
+
+    write_deltalake(path, data, **options)
+    drop_stale_checksum(path)
 
 
 def drop_stale_checksum(path: str) -> bool:
