@@ -23,6 +23,19 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
+# Hadoop options of the landing files' stream: local directories are listed in name order
+# (spark_jobs/jvm/tidemark/fs, in tidemark-udf.jar). Spark's file source orders new files by
+# modification time alone, keeping the listing's order for equal times, and a local directory
+# lists in storage order; with these, files that land within one clock tick (whole seconds on S3
+# and on many copies) are read in name order, as object stores list them. Only this reader's
+# Hadoop configuration gets them (the file system cache is off for it, or the cached plain local
+# file system would answer): the rest of the session, Delta's log included, is untouched.
+NAME_ORDERED_LISTING = {
+    "fs.file.impl": "tidemark.fs.NameOrderedLocalFileSystem",
+    "fs.file.impl.disable.cache": "true",
+}
+
+
 def read_landing_files(spark, path: str, streaming: bool, max_files_per_trigger: int = 20):
     """Lines of the landing directory as ``(raw, source, arrival_ms)``.
 
@@ -33,7 +46,11 @@ def read_landing_files(spark, path: str, streaming: bool, max_files_per_trigger:
     from pyspark.sql import functions as F
 
     if streaming:
-        reader = spark.readStream.format("text").option("maxFilesPerTrigger", max_files_per_trigger)
+        reader = (
+            spark.readStream.format("text")
+            .option("maxFilesPerTrigger", max_files_per_trigger)
+            .options(**NAME_ORDERED_LISTING)
+        )
     else:
         reader = spark.read.format("text")
     frame = reader.load(path)

@@ -1,0 +1,68 @@
+"""Landing files with equal modification times are read in name order (Spark's file source sorts
+by time only; tidemark.fs.NameOrderedLocalFileSystem breaks the ties), so a host's records
+split over files that land within one second are still read in the order the host wrote them."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter
+from pathlib import Path
+
+from helpers import write_config
+
+from tidemark.stream import run_stream
+
+T0 = 1_763_805_600_000  # 2025-11-22T10:00:00Z
+FILES, HOSTS, PER_MINUTE = 50, 20, 2
+MAX_FILES_PER_TRIGGER = 4
+
+
+def land_in_one_second(landing: Path) -> Counter:
+    """File ``i`` holds minute ``i`` of every host; the files are created in a shuffled order and
+    all get the same whole-second modification time, as on S3. Returns the events per window."""
+    landing.mkdir(parents=True)
+    expected: Counter = Counter()
+    order = list(range(FILES))
+    random.Random(5).shuffle(order)
+    for i in order:
+        lines = []
+        for slot in range(PER_MINUTE):
+            for h in range(HOSTS):
+                et = T0 + i * 60_000 + slot * 30_000 + h
+                record = {"event_id": f"e{i}-{slot}-{h}", "host": f"h{h:02d}", "event_time": et}
+                lines.append(json.dumps({**record, "msg_time": et + 5, "key": "k", "value": 1.0}))
+                expected[T0 + i * 60_000] += 1
+        (landing / f"part-{i:06d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    second = (T0 + FILES * 60_000) // 1000
+    for path in landing.iterdir():
+        os.utime(path, (second, second))
+    return expected
+
+
+def test_files_of_one_second_are_read_in_name_order(spark, workdir):
+    expected = land_in_one_second(workdir / "landing")
+    listed = os.listdir(workdir / "landing")
+    # The directory itself does not list in name order, so the order below is the listing's.
+    assert listed != sorted(listed)
+    config = write_config(
+        workdir,
+        "order",
+        source={"max_files_per_trigger": MAX_FILES_PER_TRIGGER},
+        watermark={"precision": 0.999},
+    )
+
+    processor = run_stream(spark, config, once=True, echo=lambda m: None)
+
+    assert processor.batches_run == -(-FILES // MAX_FILES_PER_TRIGGER)
+    late = Path(config.table_path("late_events"))
+    late_rows = spark.read.format("delta").load(str(late)).count() if (late / "_delta_log").is_dir() else 0
+    assert late_rows == 0, f"{late_rows} records read after their window closed"
+    windows = spark.read.format("delta").load(config.table_path("windows"))
+    rows = windows.selectExpr("unix_millis(window_start) AS w", "events").collect()
+    counted = Counter({r["w"]: r["events"] for r in rows})
+    # every window the watermark passed is there, complete; only the newest stay open
+    assert counted == Counter({w: n for w, n in expected.items() if w in counted})
+    assert len(counted) >= FILES - 2
+    assert spark.read.format("delta").load(config.table_path("events")).count() == sum(expected.values())
