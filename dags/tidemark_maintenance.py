@@ -9,10 +9,10 @@ The stream commits every micro-batch: a small file and a log entry per table per
 `airflow.spark_pool`) running `tidemark maintain`: `OPTIMIZE` of the small append-only tables,
 `OPTIMIZE events ZORDER BY (event_time)` (`maintenance.zorder_events`), `VACUUM` of every table
 keeping `maintenance.vacuum_retention` (7 days by default; Delta's retention check on), a Delta
-checkpoint and log cleanup (`maintenance.log_retention`, 30 days). The `_state` tables are never
-compacted, and are left as they are while a batch has written them without committing: a
-restart reads the state the newest commit marker records. Its log has one line per table: files,
-bytes, versions and log files before and after, time taken.
+checkpoint and log cleanup (`maintenance.log_retention`, by default `vacuum_retention`). The
+`_state` tables are never compacted, and are left as they are while a batch has written them
+without committing: a restart reads the state the newest commit marker records. Its log has one
+line per table: files, bytes, versions and log files before and after, time taken.
 
 Schedule: `maintenance.schedule` (cron, UTC; default 03:30 daily), first at the next scheduled
 time after deployment. One run at a time; a failed run alerts once (email + webhook) and the next

@@ -165,8 +165,10 @@ class MaintenanceConfig(_Strict):
     # a downstream pipeline streaming this one's events, a restart after a long outage. Whole hours.
     vacuum_retention: DurationMs = Field(default=MIN_VACUUM_RETENTION_MS)
     # How long Delta keeps the log (time travel, a downstream Delta source resuming from an old
-    # version): Delta's default. Whole hours, at least vacuum_retention.
-    log_retention: DurationMs = Field(default=parse_duration_ms("30d"))
+    # version). Whole hours, at least vacuum_retention; by default the same: an older version's
+    # files are vacuumed by then, so more log would only keep history that cannot be read (and
+    # a 10 s pipeline writes ~0.13 MiB of log a minute over its tables, ~1.3 GiB a week).
+    log_retention: DurationMs = Field(default=MIN_VACUUM_RETENTION_MS)
     # OPTIMIZE events ZORDER BY (event_time). Delta's ZORDER rewrites the whole table each run; set
     # false for an events table too large to rewrite on every schedule (it is then vacuumed and
     # checkpointed only).
@@ -197,6 +199,14 @@ class MaintenanceConfig(_Strict):
                 "downstream pipeline) need removed files that long, and Delta's retention check refuses less"
             )
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _log_as_long_as_files(cls, data: Any) -> Any:
+        """log_retention, when not given, is vacuum_retention."""
+        if isinstance(data, dict) and "log_retention" not in data and "vacuum_retention" in data:
+            return {**data, "log_retention": data["vacuum_retention"]}
+        return data
 
     @model_validator(mode="after")
     def _log_outlives_files(self) -> MaintenanceConfig:

@@ -59,14 +59,19 @@ def test_load_config_errors_name_the_file(tmp_path):
         load_config(listy)
 
 
-def test_maintenance_defaults_keep_a_week_of_removed_files_and_a_month_of_log():
+def test_maintenance_defaults_keep_a_week_of_removed_files_and_of_log():
     maintenance = parse_config(BASE).maintenance
-    assert (maintenance.vacuum_retention, maintenance.log_retention) == (7 * 86_400_000, 30 * 86_400_000)
+    assert (maintenance.vacuum_retention, maintenance.log_retention) == (7 * 86_400_000, 7 * 86_400_000)
     assert maintenance.schedule == "30 3 * * *" and maintenance.zorder_events is True
     assert maintenance.table_properties() == {
         "delta.deletedFileRetentionDuration": "interval 7 days",
-        "delta.logRetentionDuration": "interval 30 days",
+        "delta.logRetentionDuration": "interval 7 days",
     }
+    # the log follows a longer vacuum_retention unless given
+    follows = parse_config({**BASE, "maintenance": {"vacuum_retention": "14d"}}).maintenance
+    assert follows.log_retention == 14 * 86_400_000
+    month = parse_config({**BASE, "maintenance": {"log_retention": "30d"}}).maintenance
+    assert (month.vacuum_retention, month.log_retention) == (7 * 86_400_000, 30 * 86_400_000)
     longer = parse_config({**BASE, "maintenance": {"vacuum_retention": "180h", "log_retention": "180h"}})
     assert longer.maintenance.table_properties()["delta.deletedFileRetentionDuration"] == "interval 180 hours"
 

@@ -29,7 +29,7 @@ def test_a_new_table_carries_the_configured_retention_properties(tmp_path):
     writer.write_local(_rows(0), "windows", 0)
     configuration = DeltaTable(writer.path("windows")).metadata().configuration
     assert configuration["delta.deletedFileRetentionDuration"] == "interval 7 days"
-    assert configuration["delta.logRetentionDuration"] == "interval 30 days"
+    assert configuration["delta.logRetentionDuration"] == "interval 7 days"
 
 
 def test_a_write_that_loses_its_commit_to_a_property_change_is_retried_once(tmp_path, monkeypatch):
