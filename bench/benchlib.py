@@ -126,9 +126,33 @@ def session() -> SparkSession:
 
 def baseline_events(spark: SparkSession, landing: Path, files_per_trigger: int) -> DataFrame:
     """The landing files as the baseline parses them: events only, event time as a timestamp."""
+    lines = spark.readStream.format("text").option("maxFilesPerTrigger", files_per_trigger).load(str(landing))
+    return baseline_parse(lines)
+
+
+def baseline_kafka_events(spark: SparkSession, bootstrap: str, topic: str, max_offsets: int) -> DataFrame:
+    """A topic as the plain Spark Kafka job reads it (the same reader options as Tidemark's
+    ``tidemark.kafka.read_topic``: earliest, ``maxOffsetsPerTrigger``, failOnDataLoss), parsed like
+    the files."""
     from pyspark.sql import functions as F
 
-    lines = spark.readStream.format("text").option("maxFilesPerTrigger", files_per_trigger).load(str(landing))
+    lines = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+        .option("maxOffsetsPerTrigger", max_offsets)
+        .load()
+        .select(F.col("value").cast("string").alias("value"))
+    )
+    return baseline_parse(lines)
+
+
+def baseline_parse(lines: DataFrame) -> DataFrame:
+    """``value`` lines as the baseline parses them: ``from_json``, events only, ``ts``."""
+    from pyspark.sql import functions as F
+
     rec = F.from_json(F.col("value"), BASELINE_SCHEMA)
     return (
         lines.select(rec.alias("r"))
@@ -141,12 +165,14 @@ def baseline_events(spark: SparkSession, landing: Path, files_per_trigger: int) 
 
 def run_baseline(
     spark: SparkSession,
-    landing: Path,
+    landing: Path | None,
     out: Path,
     files_per_trigger: int,
     delay: str = "2 minutes",
+    events: DataFrame | None = None,
 ) -> tuple[float, list[dict]]:
     """Run the plain Spark job over every file once (availableNow); return (wall s, progress).
+    ``events`` (:func:`baseline_kafka_events`) replaces the landing files as its input.
 
     Spark's own default, ``noDataMicroBatches.enabled=true``, is used for this query so the
     heuristic watermark can close windows after the last data batch, as it would in production
@@ -159,7 +185,7 @@ def run_baseline(
     spark.conf.set(key, "true")
     try:
         counts = (
-            baseline_events(spark, landing, files_per_trigger)
+            (events if events is not None else baseline_events(spark, landing, files_per_trigger))
             .withWatermark("ts", delay)
             .groupBy(F.window("ts", "1 minute"), "key")
             .count()

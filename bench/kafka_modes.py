@@ -1,12 +1,17 @@
-"""exactly_once vs at_least_once on the same Kafka input, dedup state size, and recovery time.
+"""Tidemark on Kafka against the plain Spark Kafka job, and exactly_once against at_least_once.
 
-    .venv/bin/python bench/kafka_modes.py [--hosts 10000] [--minutes 10] [--rate 10] [--rounds 2]
+    .venv/bin/python bench/kafka_modes.py [--hosts 10000] [--minutes 10] [--rate 10] [--rounds 5]
+        [--per-trigger 200000] [--systems baseline,exactly_once,at_least_once] [--no-recovery]
 
 Starts the project's broker on a free port, publishes one scenario (1% publisher retries), then
-in one run: streams it with exactly_once and with at_least_once (same topic, separate
-checkpoints), reports events/s, the ratio and the retries exactly_once dropped, and the time from
-a restart after SIGKILL to the first committed batch. Figures are printed as markdown; nothing is
-asserted.
+in one run, ``--rounds`` times each, the order rotated every round: the plain Spark Kafka job
+(``baseline``: the same topic and ``maxOffsetsPerTrigger``, ``from_json``, ``withWatermark`` 2
+minutes, 1-minute window count, Delta sink) and Tidemark with each mode (separate checkpoints).
+Rates are Kafka records read / wall time (query start to end), the same numerator for every
+system; medians with the spread (min-max), and each system's Spark ``durationMs`` per batch and
+Tidemark's phase times beside them, so one can see where the time goes. Then the time from a
+restart after SIGKILL to the first committed batch. Raw figures to
+``bench/results/kafka_modes-<date>.json``; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -16,11 +21,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from benchlib import (  # noqa: E402
+    baseline_kafka_events,
+    json_progress,
+    load_line,
+    machine_line,
+    md_table,
+    median,
+    run_baseline,
+    write_results,
+)
 from conftest import KafkaBroker  # noqa: E402
 from helpers import write_config  # noqa: E402
 
@@ -29,6 +46,8 @@ from tidemark.kafka import publish_scenario  # noqa: E402
 from tidemark.sparkenv import build_session  # noqa: E402
 from tidemark.stream import start_stream  # noqa: E402
 from tidemark.tables import read_local, table_exists  # noqa: E402
+
+SYSTEMS = ("baseline", "exactly_once", "at_least_once")
 
 
 def kafka_config(root: Path, name: str, broker: KafkaBroker, topic: str, per_trigger: int, **extra):
@@ -56,7 +75,45 @@ def run_mode(spark, root: Path, broker: KafkaBroker, topic: str, mode: str, per_
     wall = time.monotonic() - started
     events = sum(s.events for s in processor.summaries)
     dropped = sum(s.retries_dropped for s in processor.summaries)
-    return wall, events, dropped
+    phases: dict[str, float] = defaultdict(float)
+    for summary in processor.summaries:
+        for name, seconds in summary.phases.items():
+            phases[name] += seconds
+    progress = [json_progress(p) for p in query.recentProgress]
+    return {
+        "wall_s": round(wall, 2),
+        "events": events,
+        "retries_dropped": dropped,
+        "batches": len(processor.summaries),
+        "spark_ms": spark_ms(progress),
+        "phases_s": {k: round(v, 2) for k, v in phases.items()},
+    }
+
+
+def run_peer(spark, root: Path, broker: KafkaBroker, topic: str, per_trigger: int, rnd: int) -> dict:
+    out = root / f"bench-baseline-r{rnd}"
+    events = baseline_kafka_events(spark, broker.bootstrap, topic, per_trigger)
+    wall, progress = run_baseline(spark, None, out, 0, events=events)
+    stored = spark.read.format("delta").load(str(out / "windows")).groupBy().sum("events").first()[0]
+    data = [p for p in progress if p.get("numInputRows")]
+    return {
+        "wall_s": round(wall, 2),
+        "events": int(stored or 0),
+        "retries_dropped": 0,
+        "batches": len(data),
+        "spark_ms": spark_ms(progress),
+        "phases_s": {},
+    }
+
+
+def spark_ms(progress: list[dict]) -> dict[str, int]:
+    """Spark's durationMs summed over the batches that read data."""
+    total: dict[str, int] = defaultdict(int)
+    for p in progress:
+        if p.get("numInputRows"):
+            for name, ms in p.get("durationMs", {}).items():
+                total[name] += int(ms)
+    return dict(total)
 
 
 def recovery_seconds(root: Path, broker: KafkaBroker, topic: str, per_trigger: int) -> float:
@@ -103,8 +160,12 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, default=10)
     parser.add_argument("--rate", type=int, default=10, help="events per host per minute")
     parser.add_argument("--per-trigger", type=int, default=200_000, help="maxOffsetsPerTrigger")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each mode (fastest shown)")
+    parser.add_argument("--rounds", type=int, default=5, help="runs of each system (medians shown)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--no-recovery", action="store_true", help="skip the SIGKILL recovery timing")
     args = parser.parse_args()
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    print(f"machine: {machine_line()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     broker = KafkaBroker(root / "kafka")
     broker.start()
@@ -126,24 +187,87 @@ def main() -> None:
             flush=True,
         )
         spark = build_session(shuffle_partitions=4)
-        modes, best = ["exactly_once", "at_least_once"], {}
+        runs: dict[str, list[dict]] = {s: [] for s in systems}
         for rnd in range(1, args.rounds + 1):
-            for mode in modes if rnd % 2 else modes[::-1]:
-                wall, events, dropped = run_mode(spark, root, broker, "bench", mode, args.per_trigger, rnd)
-                print(f"round {rnd}: {mode} {wall:.1f}s", flush=True)
-                if mode not in best or wall < best[mode][0]:
-                    best[mode] = (wall, events, dropped)
-        print(f"\nfastest of {args.rounds} round(s), the order reversed in every other round:\n")
-        print("| mode | events stored | retries dropped | wall (s) | events/s | ratio to exactly_once |")
-        print("|---|---:|---:|---:|---:|---:|", flush=True)
-        eo_rate = best["exactly_once"][1] / best["exactly_once"][0]
-        for mode in modes:
-            wall, events, dropped = best[mode]
-            rate = events / wall
-            print(f"| {mode} | {events:,} | {dropped:,} | {wall:.1f} | {rate:,.0f} | {rate / eo_rate:.2f} |")
+            shift = (rnd - 1) % len(systems)
+            for system in systems[shift:] + systems[:shift]:
+                if system == "baseline":
+                    run = run_peer(spark, root, broker, "bench", args.per_trigger, rnd)
+                else:
+                    run = run_mode(spark, root, broker, "bench", system, args.per_trigger, rnd)
+                run["load"] = load_line()
+                runs[system].append(run)
+                print(f"round {rnd}: {system} {run['wall_s']:.1f}s ({run['load']})", flush=True)
         spark.stop()
-        recovery = recovery_seconds(root, broker, "bench", args.per_trigger)
-        print(f"\nrecovery after SIGKILL (restart to first committed batch, exactly_once): {recovery:.1f}s")
+        rates = {s: [truth.lines / r["wall_s"] for r in runs[s]] for s in systems}
+        peer = median(rates["baseline"]) if "baseline" in rates else None
+        rows = []
+        for system in systems:
+            rate = median(rates[system])
+            last = runs[system][-1]
+            rows.append(
+                [
+                    system,
+                    f"{last['events']:,}",
+                    f"{median([r['wall_s'] for r in runs[system]]):.1f}",
+                    f"{rate:,.0f}",
+                    f"{min(rates[system]):,.0f}-{max(rates[system]):,.0f}",
+                    f"{rate / peer:.2f}x" if peer else "-",
+                    f"{median([r['batches'] for r in runs[system]]):.0f}",
+                ]
+            )
+        print(f"\nmedians of {args.rounds} round(s), the order rotated every round:\n")
+        headers = ["system", "events stored", "wall (s)", "records/s", "spread", "vs baseline", "batches"]
+        print(md_table(headers, rows))
+        names = sorted({k for s in systems for r in runs[s] for k in r["spark_ms"]})
+        print("\nSpark durationMs, summed over the data batches (median run, s):\n")
+        print(
+            md_table(
+                ["durationMs", *systems],
+                [
+                    [
+                        n,
+                        *(
+                            f"{median([r['spark_ms'].get(n, 0) for r in runs[s]]) / 1000:.2f}"
+                            for s in systems
+                        ),
+                    ]
+                    for n in names
+                ],
+            )
+        )
+        phases = sorted({k for s in systems for r in runs[s] for k in r["phases_s"]})
+        if phases:
+            tidemark = [s for s in systems if s != "baseline"]
+            print("\nTidemark's phases, summed over the batches (median run, s):\n")
+            print(
+                md_table(
+                    ["phase", *tidemark],
+                    [
+                        [n, *(f"{median([r['phases_s'].get(n, 0) for r in runs[s]]):.2f}" for s in tidemark)]
+                        for n in phases
+                    ],
+                )
+            )
+        recovery = None
+        if not args.no_recovery:
+            recovery = recovery_seconds(root, broker, "bench", args.per_trigger)
+            print(
+                f"\nrecovery after SIGKILL (restart to first committed batch, exactly_once): {recovery:.1f}s"
+            )
+        write_results(
+            "kafka_modes",
+            args,
+            input={
+                "records": truth.lines,
+                "unique_events": truth.unique_events,
+                "publish_s": round(publish_s, 1),
+            },
+            runs=runs,
+            medians={s: round(median(rates[s])) for s in systems},
+            ratios_to_baseline={s: round(median(rates[s]) / peer, 3) for s in systems} if peer else None,
+            recovery_s=recovery,
+        )
     finally:
         broker.stop()
 
