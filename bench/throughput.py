@@ -17,8 +17,11 @@ one after the other:
 * ``exactly_once`` / ``at_least_once``: ``tidemark.stream`` with that mode.
 
 Rates are input lines / wall time (query start to end), the same numerator for every system.
-Every system runs ``--rounds`` times (default 2), the order reversed in every other round so
-that no system always gets the coldest JVM; each system's fastest round is the one compared.
+Every system runs ``--rounds`` times (default 5), the order rotated every round so that no
+system always gets the coldest JVM; the medians are compared, with the spread (min-max) shown.
+With ``--peer-sweep`` the baseline first runs once at each of its candidate settings (files per
+trigger k, 2k, 5k; shuffle partitions 2 and 4; RocksDB and the HDFS-backed state store) and the
+rounds use its fastest: the peer gets its own best settings, not Tidemark's.
 Then: the per-batch fixed overhead (a tiny input, one small file per batch),
 where a Tidemark batch's time goes (its own phase timer, ``BatchSummary.phases``, and Spark's
 ``durationMs``), and the RSS of the driver JVM (local mode: driver and executors are one JVM)
@@ -50,6 +53,7 @@ from benchlib import (
     rss_kb,
     run_baseline,
     session,
+    write_results,
 )
 
 from tidemark.generator import Scenario, generate_files
@@ -58,6 +62,28 @@ from tidemark.sources import drop_blank_lines, read_landing_files
 from tidemark.stream import start_stream
 
 SYSTEMS = ("ceiling", "parse", "baseline", "exactly_once", "at_least_once")
+STATE_STORES = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+
+
+@dataclass(frozen=True)
+class PeerSettings:
+    """What the plain Spark job may tune for itself: its trigger size, its shuffle partitions and
+    its state store."""
+
+    files_per_trigger: int
+    shuffle_partitions: int = 2
+    state_store: str = "rocksdb"
+
+    def label(self) -> str:
+        return (
+            f"{self.files_per_trigger} files a trigger, {self.shuffle_partitions} shuffle partitions, "
+            f"{self.state_store} state store"
+        )
+
+
 LABELS = {
     "ceiling": "ceiling: read + from_json, no-op sink",
     "parse": "read + Tidemark validating parse, no-op sink",
@@ -104,7 +130,47 @@ def noop_query(spark, frame, root: Path, name: str) -> tuple[float, list[dict]]:
     return time.monotonic() - started, [json_progress(p) for p in query.recentProgress]
 
 
-def run_system(spark, system: str, root: Path, landing: Path, k: int, sample_every: int = 0) -> Run:
+def run_peer(spark, root: Path, landing: Path, settings: PeerSettings) -> Run:
+    """The baseline with ``settings`` (session settings restored afterwards)."""
+    keys = {
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": STATE_STORES[settings.state_store],
+    }
+    before = {key: spark.conf.get(key) for key in keys}
+    for key, value in keys.items():
+        spark.conf.set(key, value)
+    try:
+        wall, progress = run_baseline(spark, landing, root / "baseline", settings.files_per_trigger)
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
+    batches, durations = spark_durations(progress)
+    return Run("baseline", wall, batches, durations)
+
+
+def sweep_peer(spark, root: Path, landing: Path, k: int, lines: int) -> tuple[PeerSettings, list[dict]]:
+    """One run of the baseline at each candidate setting; the fastest and every figure."""
+    tried = []
+    for files in sorted({k, 2 * k, 5 * k}):
+        for partitions in (2, 4):
+            for store in STATE_STORES:
+                settings = PeerSettings(files, partitions, store)
+                run = run_peer(spark, root / f"sweep-{files}-{partitions}-{store}", landing, settings)
+                tried.append(
+                    {
+                        **vars(settings),
+                        "wall_s": round(run.wall_s, 2),
+                        "lines_per_s": round(lines / run.wall_s),
+                    }
+                )
+                print(f"  peer sweep: {settings.label()}: {run.wall_s:.1f}s ({load_line()})", flush=True)
+    best = min(tried, key=lambda t: t["wall_s"])
+    return PeerSettings(best["files_per_trigger"], best["shuffle_partitions"], best["state_store"]), tried
+
+
+def run_system(
+    spark, system: str, root: Path, landing: Path, k: int, peer: PeerSettings | None = None
+) -> Run:
     from pyspark.sql import functions as F
 
     if system in ("ceiling", "parse"):
@@ -121,9 +187,7 @@ def run_system(spark, system: str, root: Path, landing: Path, k: int, sample_eve
         batches, durations = spark_durations(progress)
         return Run(system, wall, batches, durations)
     if system == "baseline":
-        wall, progress = run_baseline(spark, landing, root / "baseline", k)
-        batches, durations = spark_durations(progress)
-        return Run(system, wall, batches, durations)
+        return run_peer(spark, root, landing, peer or PeerSettings(k))
 
     config = pipeline_config(root, system.replace("_", "-"), landing, k, mode=system)
     pid = jvm_pid(spark)
@@ -159,27 +223,44 @@ def _rules():
     return ValidationConfig()
 
 
-def throughput_table(runs: dict[str, Run], lines: int) -> str:
-    base = runs.get("baseline")
-    ceiling = runs.get("ceiling")
+def median_rate(rounds: list[Run], lines: int) -> float:
+    return median([lines / r.wall_s for r in rounds])
+
+
+def throughput_table(rounds: dict[str, list[Run]], lines: int) -> str:
+    """Median rate of each system's rounds, their spread, and the ratios of the medians."""
+    base = median_rate(rounds["baseline"], lines) if rounds.get("baseline") else None
+    ceiling = median_rate(rounds["ceiling"], lines) if rounds.get("ceiling") else None
     rows = []
     for name in SYSTEMS:
-        r = runs.get(name)
-        if r is None:
+        runs = rounds.get(name)
+        if not runs:
             continue
-        rate = lines / r.wall_s
+        rates = [lines / r.wall_s for r in runs]
+        rate = median(rates)
+        stored = runs[-1].events_stored
         rows.append(
             [
                 LABELS[name],
-                f"{r.batches}",
-                f"{r.wall_s:.1f}",
+                f"{runs[-1].batches}",
+                f"{median([r.wall_s for r in runs]):.1f}",
                 f"{rate:,.0f}",
-                f"{rate / (lines / base.wall_s):.2f}" if base else "-",
-                f"{rate / (lines / ceiling.wall_s):.2f}" if ceiling else "-",
-                f"{r.events_stored:,}" if r.events_stored is not None else "-",
+                f"{min(rates):,.0f}-{max(rates):,.0f}",
+                f"{rate / base:.2f}" if base else "-",
+                f"{rate / ceiling:.2f}" if ceiling else "-",
+                f"{stored:,}" if stored is not None else "-",
             ]
         )
-    headers = ["system", "batches", "wall (s)", "lines/s", "× baseline", "× ceiling", "events stored"]
+    headers = [
+        "system",
+        "batches",
+        "median wall (s)",
+        "median lines/s",
+        "spread (lines/s)",
+        "× baseline",
+        "× ceiling",
+        "events stored",
+    ]
     return md_table(headers, rows)
 
 
@@ -190,11 +271,11 @@ def rounds_table(rounds: dict[str, list[Run]], order: list[str], lines: int) -> 
         [
             LABELS[name],
             *(f"{run.wall_s:.1f}" for run in rounds[name]),
-            f"{lines / min(r.wall_s for r in rounds[name]):,.0f}",
+            f"{median_rate(rounds[name], lines):,.0f}",
         ]
         for name in order
     ]
-    headers = ["system", *(f"round {i + 1} wall (s)" for i in range(n)), "lines/s (fastest)"]
+    headers = ["system", *(f"round {i + 1} wall (s)" for i in range(n)), "lines/s (median)"]
     return md_table(headers, rows)
 
 
@@ -284,8 +365,13 @@ def main() -> None:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=2,
-        help="runs of every system, order alternating; the fastest counts",
+        default=5,
+        help="runs of every system, order rotated every round; the medians count",
+    )
+    parser.add_argument(
+        "--peer-sweep",
+        action="store_true",
+        help="first find the baseline's fastest settings (trigger size, partitions, state store)",
     )
     args = parser.parse_args()
 
@@ -304,23 +390,30 @@ def main() -> None:
     )
     spark = session()
     order = args.order.split(",")
+    peer, sweep = PeerSettings(args.files_per_trigger), []
+    if args.peer_sweep and "baseline" in order:
+        peer, sweep = sweep_peer(spark, args.workdir / "sweep", landing, args.files_per_trigger, truth.lines)
+        print(f"peer settings: {peer.label()} (the fastest of {len(sweep)})", flush=True)
     rounds: dict[str, list[Run]] = defaultdict(list)
     for r in range(args.rounds):
-        # Every other round runs the systems in reverse order, so none of them always gets the
-        # coldest JVM or the warmest page cache.
-        names = order if r % 2 == 0 else order[::-1]
+        # The order rotates every round, so no system always gets the coldest JVM or the warmest
+        # page cache.
+        names = order[r % len(order) :] + order[: r % len(order)]
         print(f"round {r + 1}: {', '.join(names)}", flush=True)
         for name in names:
-            run = run_system(spark, name, args.workdir / f"round{r + 1}", landing, args.files_per_trigger)
+            run = run_system(
+                spark, name, args.workdir / f"round{r + 1}", landing, args.files_per_trigger, peer
+            )
             rounds[name].append(run)
             print(f"  {name}: {run.wall_s:.1f}s, {run.batches} batches ({load_line()})", flush=True)
-    # Each system's fastest round: the one least disturbed by whatever else ran on the machine.
-    runs = {name: min(rounds[name], key=lambda run: run.wall_s) for name in order}
+    # Each system's median round (the phase and memory tables show that run).
+    runs = {name: sorted(rounds[name], key=lambda run: run.wall_s)[len(rounds[name]) // 2] for name in order}
     print()
     if args.rounds > 1:
         print(rounds_table(rounds, order, truth.lines))
         print()
-    print(throughput_table(runs, truth.lines))
+    print(f"baseline settings: {peer.label()}\n")
+    print(throughput_table(rounds, truth.lines))
     if "exactly_once" in runs or "at_least_once" in runs:
         print()
         print(phase_table(runs))
@@ -332,6 +425,33 @@ def main() -> None:
         print(overhead(spark, args.workdir))
     spark.stop()
     print(f"\nfinished: {load_line()}")
+    base = median_rate(rounds["baseline"], truth.lines) if rounds.get("baseline") else None
+    write_results(
+        "throughput",
+        args,
+        input={"lines": truth.lines, "files": truth.files, "unique_events": truth.unique_events},
+        peer_settings=vars(peer),
+        peer_sweep=sweep,
+        rounds={
+            name: [
+                {
+                    "wall_s": round(r.wall_s, 2),
+                    "batches": r.batches,
+                    "events_stored": r.events_stored,
+                    "spark_ms": {k: sum(v) for k, v in r.spark_ms.items()},
+                    "phases_s": {k: round(v, 2) for k, v in r.phases.items()},
+                }
+                for r in rounds[name]
+            ]
+            for name in order
+        },
+        median_lines_per_s={name: round(median_rate(rounds[name], truth.lines)) for name in order},
+        ratio_to_baseline=(
+            {name: round(median_rate(rounds[name], truth.lines) / base, 3) for name in order}
+            if base
+            else None
+        ),
+    )
 
 
 if __name__ == "__main__":
