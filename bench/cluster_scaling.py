@@ -17,6 +17,7 @@ share the same two cores, which the table's load column makes visible. Nothing i
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -66,7 +67,7 @@ def main() -> None:
         command = [
             sys.executable, str(ROOT / "bench" / "throughput.py"), "--hosts", str(args.hosts),
             "--minutes", str(args.minutes), "--rate", str(args.rate), "--rounds", str(args.rounds),
-            "--order", args.systems, "--skip-overhead",
+            "--order", args.systems, "--skip-overhead", "--no-results",
             "--workdir", str(DEFAULT_WORKDIR / "cluster_scaling" / f"w{workers}"),
         ]  # fmt: skip
         env = {**os.environ, "TIDEMARK_SPARK_MASTER": f"spark://127.0.0.1:{PORT}"}
@@ -88,26 +89,34 @@ def main() -> None:
             print(proc.stdout[-3000:], proc.stderr[-3000:])
             raise SystemExit(f"throughput.py failed with {workers} worker(s)")
         cluster("stop", workers, args.cores, args.memory)
-    rows = []
-    systems = args.systems.split(",")
-    best = {}
-    for run in results["runs"]:
+    out = write_results("cluster_scaling", args, lines=lines, **results)
+    print()
+    print(render(json.loads(out.read_text())))
+
+
+def render(data: dict) -> str:
+    """The table of one results file (also what ``bench/report.py`` puts in the docs): each
+    system's fastest round per worker count."""
+    args, lines = data["args"], data["lines"]
+    systems = args["systems"].split(",")
+    best: dict[tuple[str, int], float] = {}
+    for run in data["runs"]:
         key = (run["system"], run["workers"])
         if key not in best or run["wall_s"] < best[key]:
             best[key] = run["wall_s"]
     one = {s: best.get((s, 1)) for s in systems}
+    rows = []
     for (system, workers), wall in sorted(best.items(), key=lambda kv: (systems.index(kv[0][0]), kv[0][1])):
         rate = lines / wall
         speedup = one[system] / wall if one.get(system) else float("nan")
         rows.append(
             [system, workers, f"{wall:.1f}", f"{rate:,.0f}", f"{rate / workers:,.0f}", f"{speedup:.2f}x"]
         )
-    print()
-    print(
-        f"{lines:,} lines, best of {args.rounds} rounds, {args.cores} core(s) and {args.memory} per worker:"
+    headers = ["system", "workers", "wall (s)", "lines/s", "lines/s per worker", "vs 1 worker"]
+    return (
+        f"{lines:,} lines, best of {args['rounds']} rounds, {args['cores']} core(s) and "
+        f"{args['memory']} per worker:\n\n" + md_table(headers, rows)
     )
-    print(md_table(["system", "workers", "wall (s)", "lines/s", "lines/s per worker", "vs 1 worker"], rows))
-    write_results("cluster_scaling", args, lines=lines, **results)
 
 
 if __name__ == "__main__":

@@ -148,30 +148,9 @@ def main() -> None:
         "old + recent retries": fresh_lines(hosts, end + 180_000, "p3") + recent + old,
     }
     results: dict = {"probes": {}, "lookup": {}}
-    rows = []
     for i, (name, lines) in enumerate(probes.items()):
         write_file(landing, 900_000 + i, lines)
-        r = results["probes"][name] = run_batch(spark, config)
-        rows.append(
-            [name, f"{len(lines):,}", r["looked_up"], r["dropped"], f"{r['seconds']:.2f}"]
-            + [f"{r['phases'].get(p, 0.0):.3f}" for p in ("dedup_hashes", "dedup_suspects", "dedup_lookup")]
-        )
-    print()
-    print(
-        md_table(
-            [
-                "probe batch",
-                "lines",
-                "ids looked up",
-                "retries dropped",
-                "batch (s)",
-                "hash pass (s)",
-                "suspects (s)",
-                "catalog lookup (s)",
-            ],
-            rows,
-        )
-    )
+        results["probes"][name] = {**run_batch(spark, config), "lines": len(lines)}
     # The lookup itself on the 24-hour catalog, for the old + recent candidates.
     candidates = [json.loads(x) for x in recent + old]
     ids = pa.array([c["event_id"] for c in candidates], pa.string())
@@ -179,28 +158,51 @@ def main() -> None:
     catalog = _Catalog(config.table_path(S.EVENTS), batch_id=10**9, since_ms=0)
     from deltalake import DeltaTable
 
-    total = len(DeltaTable(catalog.path).file_uris())
-    results["lookup"]["catalog_files"] = total
+    results["lookup"]["catalog_files"] = len(DeltaTable(catalog.path).file_uris())
     results["lookup"]["per range"] = lookup(catalog, ids, time_ranges(times), args.rounds)
     results["lookup"]["one [min, max]"] = lookup(catalog, ids, [(min(times), max(times))], args.rounds)
+    out = write_results("dedup_old_retry", args, catalog_events=stored, **results)
     print()
-    print(
-        md_table(
+    print(render(json.loads(out.read_text())))
+
+
+def render(data: dict) -> str:
+    """The tables of one results file (also what ``bench/report.py`` puts in the docs)."""
+    probes = md_table(
+        ["probe batch", "lines", "ids looked up", "retries dropped", "batch (s)", "catalog lookup (s)"],
+        [
             [
-                "lookup of the old + recent candidates",
-                "ranges",
-                "files read (of the catalog's)",
-                "ids found",
-                f"seconds (median of {args.rounds})",
-            ],
-            [
-                [k, v["ranges"], f"{v['files']:,} of {total:,}", v["found"], f"{v['seconds']:.3f}"]
-                for k, v in results["lookup"].items()
-                if isinstance(v, dict)
-            ],
-        )
+                name,
+                f"{r.get('lines', r['events'] + r['dropped']):,}",  # each line an event or a retry
+                f"{r['looked_up']:,}",
+                f"{r['dropped']:,}",
+                f"{r['seconds']:.2f}",
+                f"{r['phases'].get('dedup_lookup', 0.0):.3f}",
+            ]
+            for name, r in data["probes"].items()
+        ],
     )
-    write_results("dedup_old_retry", args, catalog_events=stored, **results)
+    total = data["lookup"]["catalog_files"]
+    lookups = md_table(
+        [
+            "lookup of the old + recent candidates",
+            "ranges",
+            "files read (of the catalog's)",
+            "ids found",
+            f"seconds (median of {data['args']['rounds']})",
+        ],
+        [
+            [k, v["ranges"], f"{v['files']:,} of {total:,}", v["found"], f"{v['seconds']:.3f}"]
+            for k, v in data["lookup"].items()
+            if isinstance(v, dict)
+        ],
+    )
+    return (
+        f"catalog: {data['catalog_events']:,} events stored over {data['args']['hours']} hours\n\n"
+        + probes
+        + "\n\n"
+        + lookups
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ time at 1M hosts at most 1.5x the batch time at 10k. Markdown out, raw figures t
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -180,14 +181,22 @@ def main() -> None:
                 f"steady median {median(run.steady):.2f}s ({load_line()})",
                 flush=True,
             )
-    # Each host count's round with the fastest steady median: the least disturbed one.
+    out = write_results("hosts_scale", args, runs=[asdict(r) for r in rounds])
+    print()
+    print(render(json.loads(out.read_text())))
+
+
+def render(data: dict) -> str:
+    """The tables of one results file (also what ``bench/report.py`` puts in the docs): each host
+    count's round with the fastest steady median, the least disturbed one."""
+    args = data["args"]
+    rounds = [Run(**r) for r in data["runs"]]
+    sizes = [int(h) for h in args["hosts"].split(",")]
     best = {h: min((r for r in rounds if r.hosts == h), key=lambda r: median(r.steady)) for h in sizes}
-    print()
-    print(f"{args.mode}, {args.lines_per_batch:,} lines a batch, best of {args.rounds} rounds:")
-    print(table(best, sizes[0]))
-    print()
-    print(phase_table(best))
-    write_results("hosts_scale", args, runs=[asdict(r) for r in rounds])
+    return (
+        f"{args['mode']}, {int(args['lines_per_batch']):,} lines a batch, "
+        f"best of {args['rounds']} rounds:\n\n" + table(best, sizes[0]) + "\n\n" + phase_table(best)
+    )
 
 
 if __name__ == "__main__":

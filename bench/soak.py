@@ -219,6 +219,21 @@ def main() -> None:
     print(f"\nraw samples: {out}")
 
 
+def render(lines: list[dict], every: int = 10) -> str:
+    """The table of one samples file (also what ``bench/report.py`` puts in the docs): its
+    header, then a row per ``every`` minutes."""
+    header = lines[0]
+    samples = [line for line in lines if "minute" in line]
+    restarts = sum(1 for line in lines[1:] if line.get("restart"))
+    span = samples[-1]["minute"] if samples else 0
+    return (
+        f"{span:.0f} minutes of samples, {restarts} restart(s); {header['args']['hosts']} hosts x "
+        f"{header['args']['rate']} events a minute, a file every {header['args']['file_span']} s, "
+        f"maintenance every {header['args']['maintain_every']} min from minute "
+        f"{header['args']['maintain_from']}:\n\n" + summary_table(samples, every)
+    )
+
+
 def summary_table(samples: list[dict], every: int) -> str:
     rows = []
     for start in range(0, int(max((s["minute"] for s in samples), default=0)) + 1, every):

@@ -369,6 +369,9 @@ def main() -> None:
         help="runs of every system, order rotated every round; the medians count",
     )
     parser.add_argument(
+        "--no-results", action="store_true", help="write no results file (a caller keeps its own)"
+    )
+    parser.add_argument(
         "--peer-sweep",
         action="store_true",
         help="first find the baseline's fastest settings (trigger size, partitions, state store)",
@@ -425,6 +428,8 @@ def main() -> None:
         print(overhead(spark, args.workdir))
     spark.stop()
     print(f"\nfinished: {load_line()}")
+    if args.no_results:
+        return
     base = median_rate(rounds["baseline"], truth.lines) if rounds.get("baseline") else None
     write_results(
         "throughput",

@@ -1,0 +1,49 @@
+"""The benchmark tables in the docs are generated from the raw results (bench/report.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("bench_report", REPO / "bench" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_tables_are_the_ones_the_committed_results_give():
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "report.py"), "--check"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_changed_result_changes_its_block_and_the_check_names_the_file(tmp_path, monkeypatch):
+    report = _report()
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "bench" / "results", results)
+    monkeypatch.setattr(report, "RESULTS", results)
+    before = report.block("dedup_old_retry")
+    newest = report.newest("dedup_old_retry")
+    data = json.loads(newest.read_text())
+    data["lookup"]["per range"]["files"] = 123
+    newest.write_text(json.dumps(data))
+    after = report.block("dedup_old_retry")
+    assert "123 of 868" in after and "123 of 868" not in before
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text((REPO / "docs" / "benchmarks.md").read_text())
+    monkeypatch.setattr(report, "DOCS", (docs,))
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["report.py", "--check"])
+    with pytest.raises(SystemExit, match=r"out of date in benchmarks\.md"):
+        report.main()
