@@ -102,6 +102,7 @@ class BatchSummary:
     skipped: bool = False
     retries_dropped: int = 0  # exactly_once: publisher retries deduplication removed
     retries_looked_up: int = 0  # exactly_once: ids looked up in the catalog (events table)
+    out_of_order: int = 0  # exactly_once: records behind their host's progress (input out of order)
     phases: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
@@ -118,7 +119,9 @@ class BatchSummary:
         )
         return (
             f"batch {self.batch_id}: {self.events:,} events, {self.late:,} late, "
-            f"{self.quarantined:,} quarantined, {self.retries_dropped:,} retries dropped "
+            f"{self.quarantined:,} quarantined, {self.retries_dropped:,} retries dropped"
+            + (f", {self.out_of_order:,} out of order" if self.out_of_order else "")
+            + " "
             f"| watermark {format_instant_ms(self.watermark)}"
             f"{moved} {self.state} | hosts {self.hosts_reporting:,}/{self.hosts_total:,} reporting, "
             f"{self.hosts_lagging:,} lagging | {self.windows_closed:,} window rows closed, "
@@ -152,6 +155,8 @@ class _Input:
     removed: pd.DataFrame  # (host, event_time) of the retries deduplication took out on the driver
     batch_ts_ms: int
     source_progress: str | None
+    # per host, the records kept although behind its progress (tidemark.dedup); None: not counted
+    out_of_order: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -274,7 +279,15 @@ class BatchProcessor:
         cached = [batch.persist()]
         try:
             rows, counted, removed, dedup = self._deduplicate(cached, batch_id, state, batch_ts, phases)
-            inp = _Input(batch_id, rows, counted, removed, batch_ts, source.progress if source else None)
+            inp = _Input(
+                batch_id,
+                rows,
+                counted,
+                removed,
+                batch_ts,
+                source.progress if source else None,
+                dedup.out_of_order if dedup else None,
+            )
             summary, new_state = self.step(inp, state, phases)
         finally:
             for frame in cached:
@@ -285,6 +298,7 @@ class BatchProcessor:
             phases=phases.times,
             retries_dropped=dedup.dropped if dedup else 0,
             retries_looked_up=dedup.looked_up if dedup else 0,
+            out_of_order=int(inp.out_of_order["records"].sum()) if inp.out_of_order is not None else 0,
         )
         self._state = new_state
         self._report(summary)
@@ -442,6 +456,11 @@ class BatchProcessor:
             )
             self.writer.write_local(table, S.WINDOWS, inp.batch_id)
             phases.lap("write_windows")
+        if inp.out_of_order is not None and len(inp.out_of_order):
+            rows = inp.out_of_order.assign(batch_id=inp.batch_id, ingest_ts=inp.batch_ts_ms)
+            table = pa.Table.from_pandas(rows, schema=S.OUT_OF_ORDER_SCHEMA, preserve_index=False)
+            self.writer.write_local(table, S.OUT_OF_ORDER, inp.batch_id)
+            phases.lap("write_out_of_order")
 
     def _track_stalls(
         self, state: PipelineState, advance: _Advance, batch_ts: int | None, batch_id: int

@@ -47,6 +47,16 @@ if TYPE_CHECKING:
     from tidemark.progress import HostProgress
 
 NO_REMOVED = pd.DataFrame({"host": pd.Series(dtype="object"), "event_time": pd.Series(dtype="int64")})
+# Per host, the kept records behind its progress (read out of order): how many, the earliest, the
+# progress they were behind.
+NO_OUT_OF_ORDER = pd.DataFrame(
+    {
+        "host": pd.Series(dtype="object"),
+        "records": pd.Series(dtype="int64"),
+        "earliest_ms": pd.Series(dtype="int64"),
+        "progress_ms": pd.Series(dtype="int64"),
+    }
+)
 # The column of the event id's 64-bit hash (xxhash64) that exactly_once adds in the parsing stage.
 HASH = "_id_hash"
 # Up to this many suspect rows in a batch are resolved on the driver; more by Spark.
@@ -67,6 +77,10 @@ class DedupResult:
     # taken over the batch before deduplication are corrected by them (no read of ``rows``).
     removed: pd.DataFrame | None = None
     cached: tuple = ()  # frames persisted for the batch (the caller unpersists them)
+    # Per host, the records kept although behind the host's progress: a host's input read out of
+    # order (ties at the progress mark are not). None when Spark resolved the suspects (not
+    # counted there).
+    out_of_order: pd.DataFrame | None = None
 
 
 def deduplicate(
@@ -104,7 +118,8 @@ def deduplicate(
     )
     lap("dedup_hashes")
     if groups.num_rows == 0:
-        return DedupResult(batch, 0, 0, removed=NO_REMOVED)
+        # A record behind its host's progress is at or below the ceiling: a suspect. None here.
+        return DedupResult(batch, 0, 0, removed=NO_REMOVED, out_of_order=NO_OUT_OF_ORDER)
     n_suspects = int(pc.sum(groups["n"]).as_py())
     hashes = spark.createDataFrame(groups.select([HASH]).rename_columns(["_suspect"]))
     on_hash = F.col(HASH) == F.col("_suspect")
@@ -114,14 +129,14 @@ def deduplicate(
     if n_suspects <= DRIVER_MAX_ROWS:
         rows = suspects.toArrow()
         lap("dedup_suspects")
-        keep, looked_up = _resolve_on_driver(rows, progress, catalog)
+        keep, looked_up, out_of_order = _resolve_on_driver(rows, progress, catalog)
         kept = rows.filter(pa.array(keep))
         removed = rows.filter(pa.array(~keep)).select(["host", "event_time"]).to_pandas()
         lap("dedup_lookup")
         back = spark.createDataFrame(kept, schema=batch.schema) if kept.num_rows else None
         lap("dedup_back")
         result = clean if back is None else clean.unionByName(back)
-        return DedupResult(result, looked_up, len(removed), removed=removed)
+        return DedupResult(result, looked_up, len(removed), removed=removed, out_of_order=out_of_order)
     # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
     # no candidate cannot be there, so the lookup only costs time).
     suspects = suspects.persist()
@@ -251,13 +266,29 @@ class _Catalog:
         return suspects.join(stored, "event_id", "left_anti")
 
 
-def _resolve_on_driver(rows: pa.Table, progress: HostProgress, catalog: _Catalog) -> tuple[np.ndarray, int]:
-    """Which suspect ``rows`` to keep (a mask): not in the catalog, one per event id; and how
-    many candidates were looked up."""
+def _resolve_on_driver(
+    rows: pa.Table, progress: HostProgress, catalog: _Catalog
+) -> tuple[np.ndarray, int, pd.DataFrame]:
+    """Which suspect ``rows`` to keep (a mask): not in the catalog, one per event id; how many
+    candidates were looked up; and per host, the kept rows behind its progress."""
     frame = rows.select(["event_id", "host", "event_time"]).to_pandas()
     # A host with no progress yet maps to NaN, and no comparison with NaN holds.
-    candidates = frame[frame["event_time"] <= progress.of(frame["host"].to_numpy())]
+    before = progress.of(frame["host"].to_numpy())
+    candidates = frame[frame["event_time"] <= before]
     candidate_ids = pa.array(candidates["event_id"].unique(), pa.string())
     seen = catalog.seen(candidate_ids, time_ranges(candidates["event_time"].to_numpy()))
     keep = ~frame["event_id"].isin(seen) & ~frame["event_id"].duplicated()
-    return keep.to_numpy(dtype=bool), len(candidate_ids)
+    behind = frame[keep.to_numpy() & (frame["event_time"] < before).to_numpy()]
+    out_of_order = NO_OUT_OF_ORDER
+    if len(behind):
+        out_of_order = (
+            behind.assign(progress_ms=progress.of(behind["host"].to_numpy()).astype("int64"))
+            .groupby("host", sort=True)
+            .agg(
+                records=("event_id", "size"),
+                earliest_ms=("event_time", "min"),
+                progress_ms=("progress_ms", "first"),
+            )
+            .reset_index()
+        )
+    return keep.to_numpy(dtype=bool), len(candidate_ids), out_of_order

@@ -73,6 +73,7 @@ UNCOMMITTED_COLUMNS = {
     S.QUARANTINE: "batch_id",
     S.WINDOWS: "batch_id",
     S.STALLS: "closed_batch_id",
+    S.OUT_OF_ORDER: "batch_id",
 }
 
 

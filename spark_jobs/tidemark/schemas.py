@@ -11,6 +11,8 @@ quarantine     one row per bad line: raw text, reason, batch id, source
 watermarks     one row per committed batch: the precise watermark and host counts. Written
                last in a batch, so a row for batch N means every write of N is committed.
 stalls         one row per ended stall: when, how long, the watermark held, the lagging hosts
+out_of_order   per batch and host, the records behind the host's own progress (its files or
+               partition read out of order; exactly_once): how many, the earliest, the progress
 reconciliation per-window stream/batch comparison written by ``tidemark reconcile``
 _state/*       host progress (a log of the hosts each batch moved, replaced by a snapshot when
                long: tidemark.progress) and open-window partial sums (overwritten every batch);
@@ -38,6 +40,7 @@ QUARANTINE = "quarantine"
 WATERMARKS = "watermarks"
 RECONCILIATION = "reconciliation"
 STALLS = "stalls"
+OUT_OF_ORDER = "out_of_order"
 HOST_PROGRESS = "_state/host_progress"
 OPEN_WINDOWS = "_state/open_windows"
 LANDING_INDEX = "_reconcile/landing_index"
@@ -139,6 +142,17 @@ STALL_SCHEMA = pa.schema(
         ("hosts_count", pa.int64()),
         ("hosts", pa.list_(pa.string())),
         ("closed_batch_id", pa.int64()),
+    ]
+)
+# Written by a batch that read records behind their host's progress (tidemark.dedup finds them).
+OUT_OF_ORDER_SCHEMA = pa.schema(
+    [
+        ("host", pa.string()),
+        ("batch_id", pa.int64()),
+        ("records", pa.int64()),
+        ("earliest_ms", pa.int64()),  # the earliest event time among them
+        ("progress_ms", pa.int64()),  # the host's progress before the batch
+        ("ingest_ts", TS_MS),
     ]
 )
 RECONCILIATION_SCHEMA = pa.schema(

@@ -23,12 +23,23 @@ from tidemark.watermark import WatermarkStatus, evaluate_status
 
 
 @dataclass(frozen=True)
+class OutOfOrder:
+    """Records the committed batches read behind their own host's progress (``out_of_order``):
+    the host's files or partition were read out of order (README, Input contract)."""
+
+    records: int
+    hosts: int
+    top: list[dict]  # the hosts with the most, most first: host, records, batches, last_batch
+
+
+@dataclass(frozen=True)
 class PipelineStatus:
     pipeline: str
     batch_id: int | None
     committed_at_ms: int | None
     stall_since_ms: int | None
     status: WatermarkStatus
+    out_of_order: OutOfOrder | None = None  # None: no batch has read a host out of order
 
     def to_dict(self, limit: int = 20) -> dict:
         s = self.status
@@ -48,6 +59,11 @@ class PipelineStatus:
             "hosts_lagging": s.hosts_lagging,
             "allowed_lagging": s.allowed_lagging,
             "lagging_hosts": [asdict(h) for h in s.lagging[:limit]],
+            "out_of_order": (
+                None
+                if self.out_of_order is None
+                else {**asdict(self.out_of_order), "top": self.out_of_order.top[:limit]}
+            ),
         }
 
     def text(self, limit: int = 20) -> str:
@@ -70,6 +86,16 @@ class PipelineStatus:
                 progress = format_instant_ms(h.progress_ms) if h.progress_ms is not None else "never reported"
                 behind = humanize_ms(h.lag_ms) if h.lag_ms is not None else "-"
                 lines.append(f"  {h.host:<24} {progress:<26} lag {behind}")
+        if (o := self.out_of_order) is not None:
+            lines.append(
+                f"out of order  {o.records:,} records from {o.hosts:,} hosts were read behind their host's "
+                "own progress (its files or partition out of order; see the README's input contract)"
+            )
+            for row in o.top[:limit]:
+                lines.append(
+                    f"  {row['host']:<24} {row['records']:,} records in {row['batches']:,} batches, "
+                    f"last in batch {row['last_batch']}"
+                )
         return "\n".join(lines)
 
 
@@ -92,6 +118,35 @@ def host_progress(config: PipelineConfig, marker: dict | None) -> tuple[np.ndarr
         T.read_local(config.table_path(S.HOST_PROGRESS), int(marker["hosts_version"]))
     )
     return state.hosts, state.progress_ms
+
+
+def out_of_order(config: PipelineConfig, marker: dict | None) -> OutOfOrder | None:
+    """What ``out_of_order`` holds for the batches up to the committed ``marker``; None when
+    nothing (a row of a batch that did not commit is not counted)."""
+    if marker is None:
+        return None
+    rows = T.read_if_exists(config, S.OUT_OF_ORDER, columns=["host", "batch_id", "records"])
+    if rows is None:
+        return None
+    rows = rows[rows["batch_id"] <= int(marker["batch_id"])]
+    if rows.empty:
+        return None
+    per_host = (
+        rows.groupby("host")
+        .agg(records=("records", "sum"), batches=("batch_id", "nunique"), last_batch=("batch_id", "max"))
+        .sort_values(["records", "last_batch"], ascending=[False, False])
+        .reset_index()
+    )
+    top = [
+        {
+            "host": str(r.host),
+            "records": int(r.records),
+            "batches": int(r.batches),
+            "last_batch": int(r.last_batch),
+        }
+        for r in per_host.itertuples(index=False)
+    ]
+    return OutOfOrder(records=int(rows["records"].sum()), hosts=len(per_host), top=top)
 
 
 def read_status(
@@ -123,6 +178,7 @@ def read_status(
         committed_at_ms=marker["committed_at_ms"] if marker else None,
         stall_since_ms=marker["stall_since_ms"] if marker else None,
         status=status,
+        out_of_order=out_of_order(config, marker),
     )
 
 
