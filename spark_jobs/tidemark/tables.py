@@ -213,16 +213,43 @@ def read_if_exists(
 
 def latest_marker(path: str, max_batch: int | None = None) -> dict | None:
     """The newest row of a ``watermarks`` table (with ``batch_id <= max_batch`` if given), as plain
-    Python values, read with delta-rs; None when there is none."""
+    Python values, read with delta-rs; None when there is none.
+
+    Only the files that can hold it are read: the row is at least the largest ``batch_id`` some
+    file's statistics prove present (a file's minimum, or its maximum when within
+    ``max_batch``), so files whose maximum is below that are skipped. The table holds a row per
+    batch (8,640 a day at a 10 s trigger, a file each until maintenance compacts them); status
+    readers (Airflow sensors, ``tidemark watermark``) ask for this often."""
     if not table_exists(path):
         return None
-    import pyarrow.compute as pc
+    import pyarrow as pa
+    import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    table = DeltaTable(path).to_pyarrow_table()
-    if max_batch is not None:
-        table = table.filter(pc.less_equal(table["batch_id"], max_batch))
-    return newest_row(table)
+    delta = DeltaTable(path)
+    found = ds.field("batch_id") <= max_batch if max_batch is not None else None
+    floor = _present_batch_floor(pa.table(delta.get_add_actions(flatten=True)), max_batch)
+    if floor is not None:
+        at_least = ds.field("batch_id") >= floor
+        found = at_least if found is None else found & at_least
+    return newest_row(delta.to_pyarrow_dataset().to_table(filter=found))
+
+
+def _present_batch_floor(adds: pa.Table, max_batch: int | None) -> int | None:
+    """A ``batch_id`` (at most ``max_batch``) that some file's statistics prove is in the table;
+    None without statistics."""
+    if adds.num_rows == 0 or "min.batch_id" not in adds.column_names:
+        return None
+    lows, highs = adds["min.batch_id"].to_pylist(), adds["max.batch_id"].to_pylist()
+    present = []
+    for low, high in zip(lows, highs, strict=True):
+        if low is None or high is None:
+            return None  # a file without statistics: it could hold anything
+        if max_batch is None or high <= max_batch:
+            present.append(high)
+        elif low <= max_batch:
+            present.append(low)
+    return max(present, default=None)
 
 
 def newest_row(table: pa.Table) -> dict | None:

@@ -76,3 +76,38 @@ def test_other_commit_failures_are_not_retried(tmp_path, monkeypatch):
     with pytest.raises(CommitFailedError, match="concurrent transaction deleted"):
         writer.write_local(_rows(0), "windows", 0)
     assert len(calls) == 1
+
+
+def test_the_latest_marker_reads_only_the_files_that_can_hold_it(tmp_path):
+    """A marker per file (batches 0-4), then one file holding batches 5-7: the newest row, with
+    and without an upper bound, equals a full scan's; the statistics bound the read to the
+    newest files."""
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable, write_deltalake
+
+    path = str(tmp_path / "watermarks")
+
+    def markers(*batches: int) -> pa.Table:
+        return pa.table(
+            {
+                "batch_id": pa.array(batches, pa.int64()),
+                "watermark_ms": pa.array([b * 10 for b in batches], pa.int64()),
+            }
+        )
+
+    for b in range(5):
+        write_deltalake(path, markers(b), mode="append")
+    write_deltalake(path, markers(7, 5, 6), mode="append")
+    every = DeltaTable(path).to_pyarrow_table()["batch_id"].to_pylist()
+    for bound in (None, -1, 0, 3, 4, 5, 6, 7, 100):
+        wanted = max((b for b in every if bound is None or b <= bound), default=None)
+        row = T.latest_marker(path, max_batch=bound)
+        assert (row["batch_id"] if row else None) == wanted, bound
+        assert row is None or row["watermark_ms"] == wanted * 10
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    assert T._present_batch_floor(adds, None) == 7
+    assert T._present_batch_floor(adds, 6) == 5  # the 5-7 file proves 5 is there
+    assert T._present_batch_floor(adds, 3) == 3
+    # files left to read by the floor: only the newest one without a bound
+    left = DeltaTable(path).to_pyarrow_dataset().get_fragments(filter=ds.field("batch_id") >= 7)
+    assert len(list(left)) == 1
