@@ -216,15 +216,10 @@ def test_maintenance_beside_a_live_stream_breaks_nothing(spark, tmp_path, monkey
 
     monkeypatch.setattr(T, "metadata_changed", metadata_changed)
     config = write_config(tmp_path, name="live", trigger_interval="2s", source={"max_files_per_trigger": 1})
-    truth = generate_files(small_scenario(seed=5, minutes=4), config.source.path)
+    truth = generate_files(small_scenario(seed=5, minutes=4, file_span_s=15), config.source.path)
     landing = Path(config.source.path)
     names = {f.name for f in landing.glob("part-*.jsonl")}
     held = _hold_back(landing, tmp_path / "held", keep=2)
-
-    def feed() -> None:
-        for file in held:
-            time.sleep(1.5)
-            shutil.move(str(file), landing / file.name)
 
     def committed() -> tuple[int, set[str]]:
         markers = T.read_if_exists(config, S.WATERMARKS, ["batch_id", "source_progress"])
@@ -232,6 +227,15 @@ def test_maintenance_beside_a_live_stream_breaks_nothing(spark, tmp_path, monkey
             return -1, set()
         read = {Path(f).name for p in markers["source_progress"] for f in json.loads(p)["files"]}
         return int(markers["batch_id"].max()), read
+
+    def feed() -> None:
+        # One file at a time, the next once the stream has committed the last: the stream keeps
+        # committing for as long as there are files, however slow the machine is.
+        for file in held:
+            shutil.move(str(file), landing / file.name)
+            until = time.monotonic() + 120
+            while file.name not in committed()[1] and time.monotonic() < until:
+                time.sleep(0.3)
 
     query, _processor = start_stream(spark, config, once=False, **QUIET)
     feeder = threading.Thread(target=feed, daemon=True)
@@ -242,7 +246,10 @@ def test_maintenance_beside_a_live_stream_breaks_nothing(spark, tmp_path, monkey
         while committed()[0] < 1:
             assert time.monotonic() < deadline and query.isActive, query.exception()
             time.sleep(0.5)
-        longer = config.maintenance.model_copy(update={"vacuum_retention": 8 * 86_400_000})
+        eight_days = 8 * 86_400_000
+        longer = config.maintenance.model_copy(
+            update={"vacuum_retention": eight_days, "log_retention": eight_days}
+        )
         configs = [config.model_copy(update={"maintenance": longer}), config]
         while feeder.is_alive() or len(runs) < 2:
             first = committed()[0]
