@@ -77,7 +77,10 @@ def block(name: str) -> str:
 
 
 def without_staleness(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.startswith(STALE))
+    """``text`` without the staleness sentences and the blank line each adds (what a checkout
+    without the measured commit, or without git, says differently)."""
+    kept = [line for line in text.splitlines() if not line.startswith(STALE)]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
 
 
 def regenerate(text: str) -> str:

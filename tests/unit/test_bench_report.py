@@ -47,3 +47,17 @@ def test_a_changed_result_changes_its_block_and_the_check_names_the_file(tmp_pat
     monkeypatch.setattr(sys, "argv", ["report.py", "--check"])
     with pytest.raises(SystemExit, match=r"out of date in benchmarks\.md"):
         report.main()
+
+
+def test_the_check_does_not_depend_on_what_git_knows_of_the_measured_commit(monkeypatch):
+    """A shallow clone or no git says a block is stale where a full checkout does not: the
+    check compares the blocks without that sentence."""
+    report = _report()
+    docs = (REPO / "docs" / "benchmarks.md").read_text()
+    fresh = report.regenerate(docs)
+    monkeypatch.setattr(
+        report, "changed_since", lambda commit: f"{report.STALE} commit {commit} is unknown here."
+    )
+    stale = report.regenerate(docs)
+    assert stale != fresh
+    assert report.without_staleness(stale) == report.without_staleness(fresh)
