@@ -353,7 +353,7 @@ class BatchProcessor:
         ok = F.col("reason").isNull()
         # One row per host in the batch (500k at a million hosts): collected as Arrow, which
         # costs a fifth of toPandas's row-by-row transfer at that size (docs/benchmarks.md).
-        per_host = _arrow_to_pandas(
+        per_host = T.to_pandas(
             inp.counted.groupBy(F.when(ok, F.col("host")).alias("host")).agg(
                 F.max(F.when(ok, F.col("event_time"))).alias("progress_ms"),
                 F.count_if(is_event_col()).alias("events"),
@@ -669,12 +669,6 @@ def _without_removed(per_host: pd.DataFrame, removed: pd.DataFrame) -> pd.DataFr
 
 def _optional_int(value) -> int | None:
     return None if value is None or pd.isna(value) else int(value)
-
-
-def _arrow_to_pandas(frame: DataFrame) -> pd.DataFrame:
-    """A Spark frame on the driver through Arrow (``toArrow``); counts stay int64, a nullable
-    long column becomes float64 with NaN, as ``toPandas`` gives."""
-    return frame.toArrow().to_pandas()
 
 
 def _collect(frame: DataFrame) -> pa.Table:

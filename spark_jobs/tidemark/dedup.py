@@ -278,11 +278,12 @@ def _resolve_on_driver(
     candidate_ids = pa.array(candidates["event_id"].unique(), pa.string())
     seen = catalog.seen(candidate_ids, time_ranges(candidates["event_time"].to_numpy()))
     keep = ~frame["event_id"].isin(seen) & ~frame["event_id"].duplicated()
-    behind = frame[keep.to_numpy() & (frame["event_time"] < before).to_numpy()]
+    is_behind = keep.to_numpy() & (frame["event_time"] < before).to_numpy()
     out_of_order = NO_OUT_OF_ORDER
-    if len(behind):
+    if is_behind.any():
         out_of_order = (
-            behind.assign(progress_ms=progress.of(behind["host"].to_numpy()).astype("int64"))
+            frame[is_behind]
+            .assign(progress_ms=before[is_behind].astype("int64"))
             .groupby("host", sort=True)
             .agg(
                 records=("event_id", "size"),

@@ -43,19 +43,23 @@ def land_in_one_second(landing: Path, name=lambda i: f"part-{i:06d}.jsonl") -> C
     return expected
 
 
+def stream_landing(spark, workdir: Path, name: str):
+    """Stream ``workdir/landing`` once, MAX_FILES_PER_TRIGGER files a batch: (config, processor)."""
+    config = write_config(
+        workdir,
+        name,
+        source={"max_files_per_trigger": MAX_FILES_PER_TRIGGER},
+        watermark={"precision": 0.999},
+    )
+    return config, run_stream(spark, config, once=True, echo=lambda m: None)
+
+
 def test_files_of_one_second_are_read_in_name_order(spark, workdir):
     expected = land_in_one_second(workdir / "landing")
     listed = os.listdir(workdir / "landing")
     # The directory itself does not list in name order, so the order below is the listing's.
     assert listed != sorted(listed)
-    config = write_config(
-        workdir,
-        "order",
-        source={"max_files_per_trigger": MAX_FILES_PER_TRIGGER},
-        watermark={"precision": 0.999},
-    )
-
-    processor = run_stream(spark, config, once=True, echo=lambda m: None)
+    config, processor = stream_landing(spark, workdir, "order")
 
     assert processor.batches_run == -(-FILES // MAX_FILES_PER_TRIGGER)
     assert sum(s.out_of_order for s in processor.summaries) == 0
@@ -100,14 +104,7 @@ def test_files_named_out_of_order_are_counted_per_host_and_nothing_is_lost(spark
     expected = land_in_one_second(workdir / "landing", name=lambda i: f"part-{FILES - 1 - i:06d}.jsonl")
     behind, hosts = behind_their_host(workdir / "landing", MAX_FILES_PER_TRIGGER)
     assert behind > 0  # the scenario really reads hosts out of order
-    config = write_config(
-        workdir,
-        "disorder",
-        source={"max_files_per_trigger": MAX_FILES_PER_TRIGGER},
-        watermark={"precision": 0.999},
-    )
-
-    processor = run_stream(spark, config, once=True, echo=lambda m: None)
+    config, processor = stream_landing(spark, workdir, "disorder")
 
     assert sum(s.out_of_order for s in processor.summaries) == behind
     table = spark.read.format("delta").load(config.table_path("out_of_order"))
