@@ -14,6 +14,10 @@ checkpoint and log cleanup (`maintenance.log_retention`, by default `vacuum_rete
 without committing: a restart reads the state the newest commit marker records. Its log has one
 line per table: files, bytes, versions and log files before and after, time taken.
 
+A pipeline whose warehouse is on object storage (or with `maintenance.in_stream: true`) gets no
+maintenance DAG: its stream maintains its tables itself between two batches on the same schedule,
+since Delta on S3 allows one writer per table.
+
 Schedule: `maintenance.schedule` (cron, UTC; default 03:30 daily), first at the next scheduled
 time after deployment. One run at a time; a failed run alerts once (email + webhook) and the next
 run redoes it (every step is idempotent).
@@ -28,6 +32,8 @@ from tidemark_airflow.operators import MaintenanceSubmitOperator
 from tidemark_airflow.pipelines import configured_pipelines
 
 for pipeline in configured_pipelines():
+    if pipeline.config.maintained_in_stream:
+        continue  # its stream maintains its tables between batches (object storage)
     cfg = pipeline.config.airflow
     with DAG(
         dag_id=f"tidemark_maintenance__{pipeline.name}",

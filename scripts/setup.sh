@@ -18,8 +18,17 @@ command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; Tidemark needs P
 
 # --test-tools: also the Debian packages the tests drive (make test); make demo and make run do not
 # need them.
+# --s3: also the jars Spark needs for s3a:// locations (hadoop-aws and the 640 MB AWS SDK bundle);
+# --test-tools implies it and installs the S3 API server the object-storage tests start.
 TEST_TOOLS=0
-[ "${1:-}" = "--test-tools" ] && TEST_TOOLS=1
+S3=0
+for arg in "$@"; do
+  case "$arg" in
+    --test-tools) TEST_TOOLS=1; S3=1 ;;
+    --s3) S3=1 ;;
+    *) die "unknown option $arg (--test-tools, --s3)" ;;
+  esac
+done
 
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 command -v "$JAVA" >/dev/null 2>&1 || die "java not found; install Java 17 or 21 (e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
@@ -91,6 +100,16 @@ if ! ls .cache/kafka/libs/kafka_2.13-*.jar >/dev/null 2>&1; then
   mvn -q -B -f scripts/kafka/pom.xml \
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$PWD/.cache/kafka/libs" >/dev/null
+fi
+if [ "$S3" = 1 ] && ! ls .cache/jars/s3/bundle-*.jar >/dev/null 2>&1; then
+  command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the S3 jars once (apt-get install maven)"
+  say "fetching hadoop-aws and the AWS SDK bundle (640 MB) into .cache/jars/s3"
+  mvn -q -B -f scripts/s3/pom.xml \
+    org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+    -DoutputDirectory="$PWD/.cache/jars/s3" >/dev/null
+fi
+if [ "$TEST_TOOLS" = 1 ]; then
+  scripts/s3.sh install
 fi
 .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; print("setup: jars:", " ".join(j.name for j in cached_jars()))'
 say "ready"

@@ -63,13 +63,15 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def oracle_good_records(landing: Path) -> dict[str, dict]:
-    """Unique valid records by event_id, by the contract, in plain Python."""
+def oracle_good_records(landing: Path, arrivals: dict[str, int] | None = None) -> dict[str, dict]:
+    """Unique valid records by event_id, by the contract, in plain Python. A file's arrival is its
+    modification time, or ``arrivals[name]`` (ms) when given (the copy the stream read is
+    elsewhere, e.g. on object storage)."""
     unique: dict[str, dict] = {}
     for file in sorted(landing.iterdir()):
         if file.name.startswith(("_", ".")):
             continue
-        arrival = int(os.stat(file).st_mtime * 1000)
+        arrival = arrivals[file.name] if arrivals is not None else int(os.stat(file).st_mtime * 1000)
         for line in file.read_text(encoding="utf-8").splitlines():
             if not line.strip():
                 continue
@@ -95,9 +97,11 @@ def oracle_good_records(landing: Path) -> dict[str, dict]:
     return unique
 
 
-def oracle_window_counts(landing: Path, window_ms: int = 60_000) -> Counter:
+def oracle_window_counts(
+    landing: Path, window_ms: int = 60_000, arrivals: dict[str, int] | None = None
+) -> Counter:
     counts: Counter = Counter()
-    for rec in oracle_good_records(landing).values():
+    for rec in oracle_good_records(landing, arrivals).values():
         et = rec["event_time"]
         counts[(et - et % window_ms, rec.get("key") or "")] += 1
     return counts

@@ -55,6 +55,7 @@ def submit_arguments(
     conf: dict[str, Any] | None = None,
     jars: str | None = None,
     env_vars: dict[str, Any] | None = None,
+    config: PipelineConfig | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """The ``SparkSubmitHook`` arguments of a Tidemark job (``extra``: any further hook argument).
@@ -62,9 +63,16 @@ def submit_arguments(
     Jars come from the local cache set-up filled (no network at run time) unless given; the JVM
     options (``tidemark.sparkenv.jvm_conf``) under any given ``conf``; the driver and executors run
     the Python that runs Airflow, and the ``spark-submit`` found first is the one beside it
-    (pyspark's), whatever PATH the worker has. Given ``env_vars`` win.
+    (pyspark's), whatever PATH the worker has. Given ``env_vars`` win. With the pipeline's
+    ``config``, a pipeline on object storage also gets the S3 jars and ``fs.s3a`` settings
+    (:mod:`tidemark.storage`) and its storage connection travels in the environment.
     """
+    from tidemark import storage
     from tidemark.sparkenv import cached_jars, jvm_conf
+
+    s3_jars = storage.spark_jars(config) if config is not None else []
+    s3_conf = storage.spark_conf(config) if config is not None else {}
+    s3_env = storage_connection_env(config) if config is not None else {}
 
     python = sys.executable
     bin_dir = str(Path(python).parent)
@@ -74,15 +82,27 @@ def submit_arguments(
         "conn_id": conn_id,
         "name": name,
         "application_args": list(application_args),
-        "jars": jars or ",".join(str(j) for j in cached_jars()),
-        "conf": {**jvm_conf(), **(conf or {})},
+        "jars": jars or ",".join(str(j) for j in [*cached_jars(), *s3_jars]),
+        "conf": {**jvm_conf(), **s3_conf, **(conf or {})},
         "env_vars": {
+            **s3_env,
             "PYSPARK_PYTHON": python,
             "PYSPARK_DRIVER_PYTHON": python,
             "PATH": path if path.startswith(bin_dir + os.pathsep) else f"{bin_dir}{os.pathsep}{path}",
             **(env_vars or {}),
         },
     }
+
+
+def storage_connection_env(config: PipelineConfig) -> dict[str, str]:
+    """``AIRFLOW_CONN_<ID>`` of the pipeline's storage connection, for a process Airflow starts
+    outside the task (spark-submit, the detached stream): the credentials stay out of argv."""
+    conn_id = config.storage.airflow_connection
+    if not conn_id:
+        return {}
+    from airflow.sdk import Connection
+
+    return {f"AIRFLOW_CONN_{conn_id.upper()}": Connection.get(conn_id).as_json()}
 
 
 class StreamProcessHook(BaseHook):
@@ -95,7 +115,7 @@ class StreamProcessHook(BaseHook):
         self.config = config
         self.launch_path = liveness.launch_path(config)
         self.heartbeat_path = liveness.heartbeat_path(config)
-        self.log_path = Path(config.checkpoint).parent / f"{config.pipeline}.stream.log"
+        self.log_path = liveness.log_dir(config) / f"{config.pipeline}.stream.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     # -- start ------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
             conf=self.conf,
             jars=self.jars,
             env_vars=self.env_vars,
+            config=load_pipeline(self.config_path).config,
         )
         self.jars, self.conf = args["jars"], args["conf"]
         self.env_vars, self.application_args = args["env_vars"], args["application_args"]
@@ -215,7 +216,7 @@ class StreamLauncherOperator(BaseOperator):
         hook = StreamProcessHook(config)
         extra = {"name": "tidemark-stream_job", **self.submit}
         args = submit_arguments(
-            conn_id=self.conn_id, application_args=["--config", self.config_path], **extra
+            conn_id=self.conn_id, application_args=["--config", self.config_path], config=config, **extra
         )
         pid = hook.start_detached(entrypoint("stream_job"), args, {"dag_run": str(context.get("run_id"))})
         state = hook.wait_for_heartbeat(self.start_timeout)

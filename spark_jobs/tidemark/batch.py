@@ -21,6 +21,7 @@ import dataclasses
 import json
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -218,6 +219,9 @@ class BatchProcessor:
         # The newest batches' summaries (a job runs for weeks: bounded), and how many ran.
         self.summaries: deque[BatchSummary] = deque(maxlen=SUMMARIES_KEPT)
         self.batches_run = 0
+        # Called with the time after each committed batch, before the next starts: the stream's
+        # own table maintenance on object storage (tidemark.stream, tidemark.maintenance).
+        self.between_batches: Callable[[int], object] | None = None
 
     # -- state -------------------------------------------------------------------------------
     def _marker_before(self, batch_id: int) -> tuple[dict | None, bool]:
@@ -302,6 +306,8 @@ class BatchProcessor:
         )
         self._state = new_state
         self._report(summary)
+        if self.between_batches is not None:
+            self.between_batches(now_ms())
 
     def _deduplicate(self, cached: list, batch_id: int, state: PipelineState, batch_ts: int, phases: Phases):
         """(rows, where to count them, removed copies, dedup result): the batch's rows with

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
 from tidemark.identity import IdentityError, RunIdentity
+from tidemark.storage import Location, location
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,7 +43,7 @@ class BatchSource:
     progress: str | None
 
 
-def _log_lines(path: Path) -> list[str]:
+def _log_lines(path: Location) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
     if not lines or not lines[0].startswith("v"):
         raise RuntimeError(f"{path}: not a Spark metadata log file")
@@ -55,7 +55,7 @@ def normalize_file(path: str) -> str:
     return re.sub(r"^file:/+", "file:/", path)
 
 
-def _files_of_log_batch(source_log: Path, log_batch: int) -> list[str]:
+def _files_of_log_batch(source_log: Location, log_batch: int) -> list[str]:
     """Files the file source added in its log batch ``log_batch`` (plain or compacted file)."""
     plain, compact = source_log / str(log_batch), source_log / f"{log_batch}.compact"
     entries = [json.loads(line) for line in _log_lines(plain if plain.is_file() else compact)]
@@ -69,7 +69,7 @@ def _batch_ts(meta: str) -> int:
 def batch_timestamp_ms(config: PipelineConfig, batch_id: int) -> int:
     """Spark batch ``batch_id``'s timestamp (what ``current_timestamp()`` is in the batch), from
     the offset log Spark writes before it runs the batch, so a replay reads the same value."""
-    return _batch_ts(_log_lines(Path(config.checkpoint) / "offsets" / str(batch_id))[0])
+    return _batch_ts(_log_lines(location(config.checkpoint) / "offsets" / str(batch_id))[0])
 
 
 def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
@@ -78,7 +78,7 @@ def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
     Spark writes ``offsets/<n>`` (and the file source its ``sources/0`` entries) before it runs
     batch ``n``, so both exist while the batch runs, and a replay reads the same values.
     """
-    offsets = Path(config.checkpoint) / "offsets"
+    offsets = location(config.checkpoint) / "offsets"
     meta, *sources = _log_lines(offsets / str(batch_id))
     batch_ts = _batch_ts(meta)
     kind = config.source.kind
@@ -89,7 +89,7 @@ def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
         start = -1
         if batch_id > 0 and (offsets / str(batch_id - 1)).is_file():
             start = int(json.loads(_log_lines(offsets / str(batch_id - 1))[1])["logOffset"])
-        log = Path(config.checkpoint) / "sources" / "0"
+        log = location(config.checkpoint) / "sources" / "0"
         files = [f for b in range(start + 1, end + 1) for f in _files_of_log_batch(log, b)]
         return BatchSource(batch_ts, json.dumps({"files": sorted(files)}))
     return BatchSource(batch_ts, None)

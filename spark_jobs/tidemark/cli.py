@@ -290,7 +290,12 @@ def cmd_reconcile(args) -> int:
     return 0
 
 
+# a heartbeat this old means the stream is gone, for `tidemark maintain`'s check
+MAINTAIN_HANG_MS = 10 * 60_000
+
+
 def cmd_maintain(args) -> int:
+    from tidemark import liveness
     from tidemark.maintenance import maintain, plan
 
     config = load_config(args.config)
@@ -298,6 +303,13 @@ def cmd_maintain(args) -> int:
         for table, kind in plan(config):
             _echo(f"[{config.pipeline}] {table}: {kind}")
         return 0
+    if config.maintained_in_stream:
+        alive = liveness.assess(config, hang_after_ms=MAINTAIN_HANG_MS)
+        if alive.state in (liveness.RUNNING, liveness.STARTING, liveness.HUNG):
+            raise ConfigError(
+                f"[{config.pipeline}] its stream is {alive.state} ({alive.reason}) and maintains the tables "
+                "itself (maintenance.in_stream: one writer per table on object storage); stop it first"
+            )
     spark = session_for(config, "maintain")
     # with --json the per-table lines go to stderr, so stdout is the JSON alone
     report = maintain(spark, config, echo=_echo_stderr if args.json else _echo)
@@ -651,6 +663,17 @@ def _add_demo_command(sub) -> None:
     )
     demo.add_argument(
         "--keep", action="store_true", help="keep an existing workdir instead of starting clean"
+    )
+    demo.add_argument(
+        "--location",
+        help="put landing files, checkpoint and tables under this URI instead (e.g. s3a://bucket/demo; "
+        "credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
+    )
+    demo.add_argument("--s3-endpoint", help="with --location: the S3 API's URL (e.g. http://127.0.0.1:19878)")
+    demo.add_argument(
+        "--s3-path-style",
+        action="store_true",
+        help="with --location: the bucket in the URL's path (MinIO, moto, s3proxy)",
     )
     _add_scenario_options(demo, Scenario(lag_minutes=5.0))
     demo.set_defaults(func=cmd_demo)

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from tidemark import storage
 from tidemark.timeutil import MS_PER_HOUR, format_duration_ms, parse_duration_ms, parse_instant_ms
 
 
@@ -173,6 +174,10 @@ class MaintenanceConfig(_Strict):
     # false for an events table too large to rewrite on every schedule (it is then vacuumed and
     # checkpointed only).
     zorder_events: bool = True
+    # Run maintenance inside the stream, between two batches, instead of the maintenance DAG: one
+    # writer per table, which Delta on S3 needs (tidemark.maintenance). None: when the warehouse
+    # is on object storage.
+    in_stream: bool | None = None
 
     @field_validator("schedule")
     @classmethod
@@ -228,6 +233,43 @@ class MaintenanceConfig(_Strict):
         }
 
 
+_SECRET_WORDS = ("key", "secret", "token", "password", "credential")
+
+
+class StorageConfig(_Strict):
+    """S3-compatible object storage for ``s3a://`` locations (:mod:`tidemark.storage`). Credentials
+    never live here: they come from the environment (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, or the clients' default chain) or from the
+    Airflow connection named by ``airflow_connection`` (login, password, extra ``endpoint_url``)."""
+
+    # the S3 API's URL, e.g. http://127.0.0.1:9878 for a local server; None = AWS itself
+    endpoint: str | None = None
+    region: str = "us-east-1"
+    # bucket in the path (http://host/bucket/key), as MinIO, moto and s3proxy want; AWS: false
+    path_style: bool = False
+    airflow_connection: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                if key != "airflow_connection" and any(w in str(key).lower() for w in _SECRET_WORDS):
+                    raise ValueError(
+                        f"{key}: credentials are never read from the config file; set "
+                        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment or name an "
+                        "Airflow connection in storage.airflow_connection"
+                    )
+        return data
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s]+/?", value):
+            raise ValueError(f"{value!r} must be a URL like http://host:port or https://host")
+        return value.rstrip("/") if value else value
+
+
 class SparkConfig(_Strict):
     master: str | None = None
     shuffle_partitions: int = Field(default=4, ge=1)
@@ -251,6 +293,7 @@ class PipelineConfig(_Strict):
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
 
     @field_validator("pipeline")
     @classmethod
@@ -274,6 +317,13 @@ class PipelineConfig(_Strict):
     def table_path(self, name: str) -> str:
         return f"{self.tables_root}/{name}"
 
+    @property
+    def maintained_in_stream(self) -> bool:
+        """Does the stream maintain its tables itself (``maintenance.in_stream``; by default when
+        the warehouse is on object storage: :mod:`tidemark.maintenance`)?"""
+        flag = self.maintenance.in_stream
+        return storage.is_object_store(self.warehouse) if flag is None else flag
+
     def describe(self) -> str:
         return (
             f"pipeline={self.pipeline} source={self.source.kind} window="
@@ -282,7 +332,9 @@ class PipelineConfig(_Strict):
         )
 
 
-def _resolve(path: str, base: Path) -> str:
+def _resolve(path: str, base: Path, field: str = "path") -> str:
+    if path.lower().startswith("s3://"):
+        raise ValueError(f"{field}: {path!r}: Spark reads S3 as s3a:// (hadoop-aws); write s3a://{path[5:]}")
     if "://" in path:  # s3a://, abfss://, file:// ... are left to Hadoop
         return path
     candidate = Path(os.path.expanduser(path))
@@ -311,13 +363,20 @@ def parse_config(data: Any, source: str = "<config>", base: Path | None = None) 
     except ValidationError as exc:
         raise ConfigError(_format_error(source, exc)) from None
     base = base or Path(os.environ.get("TIDEMARK_HOME", os.getcwd()))
-    updates: dict[str, Any] = {
-        "warehouse": _resolve(config.warehouse, base),
-        "checkpoint": _resolve(config.checkpoint, base),
-    }
-    if config.source.path:
-        updates["source"] = config.source.model_copy(update={"path": _resolve(config.source.path, base)})
-    return config.model_copy(update=updates)
+    try:
+        updates: dict[str, Any] = {
+            "warehouse": _resolve(config.warehouse, base, "warehouse"),
+            "checkpoint": _resolve(config.checkpoint, base, "checkpoint"),
+        }
+        if config.source.path:
+            updates["source"] = config.source.model_copy(
+                update={"path": _resolve(config.source.path, base, "source.path")}
+            )
+    except ValueError as exc:
+        raise ConfigError(f"config {source}: {exc}") from None
+    resolved = config.model_copy(update=updates)
+    storage.register(resolved)
+    return resolved
 
 
 def load_config(path: str | os.PathLike[str]) -> PipelineConfig:

@@ -156,14 +156,13 @@ def alignment_points(rec: pd.DataFrame | None, target: float, hours: int = 24) -
 
 def load_dashboard(config: PipelineConfig, now: int | None = None) -> Dashboard:
     """Read everything the dashboard draws (delta-rs only; tens of milliseconds for small tables)."""
-    from deltalake import DeltaTable
 
     from tidemark.hosts import read_hosts_file
     from tidemark.status import host_progress, read_status
 
     now = now if now is not None else now_ms()
     path = config.table_path(S.WATERMARKS)
-    arrow = DeltaTable(path).to_pyarrow_table() if T.table_exists(path) else None  # read once
+    arrow = T.open_table(path).to_pyarrow_table() if T.table_exists(path) else None  # read once
     marks = arrow.to_pandas() if arrow is not None else None
     marker = T.newest_row(arrow) if arrow is not None else None
     hosts, progress = host_progress(config, marker)

@@ -232,12 +232,11 @@ class _Catalog:
         """Which of ``ids`` (whose event times lie in ``ranges``) the catalog holds (delta-rs,
         on the driver)."""
         import pyarrow.dataset as ds
-        from deltalake import DeltaTable
 
         if len(ids) == 0 or not ranges or not T.table_exists(self.path):
             return set()
         found = (
-            DeltaTable(self.path)
+            T.open_table(self.path)
             .to_pyarrow_dataset()
             .to_table(
                 columns=["event_id"], filter=self.lookup_filter(ranges) & ds.field("event_id").isin(ids)

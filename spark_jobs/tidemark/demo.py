@@ -13,20 +13,27 @@ from tidemark.generator import Scenario, generate_files
 from tidemark.timeutil import format_instant_ms, humanize_ms
 
 
-def write_demo_config(workdir: Path, files_per_batch: int) -> Path:
+def write_demo_config(
+    workdir: Path, files_per_batch: int, location: str | None = None, storage: dict | None = None
+) -> Path:
+    """The demo's pipeline YAML in ``workdir``; landing, warehouse and checkpoint under
+    ``location`` (e.g. ``s3a://bucket/demo``, with ``storage`` the config's storage block) or
+    under ``workdir``."""
     workdir.mkdir(parents=True, exist_ok=True)
+    root = location.rstrip("/") if location else str(workdir)
     config = {
         "pipeline": "demo",
         "source": {
             "kind": "files",
-            "path": str(workdir / "landing"),
+            "path": f"{root}/landing",
             "max_files_per_trigger": files_per_batch,
         },
-        "warehouse": str(workdir / "warehouse"),
-        "checkpoint": str(workdir / "checkpoints" / "demo"),
+        "warehouse": f"{root}/warehouse",
+        "checkpoint": f"{root}/checkpoints/demo",
         "window": "1m",
         "watermark": {"precision": 0.999},
         "dedup_horizon": "24h",
+        **({"storage": storage} if storage else {}),
     }
     path = workdir / "demo.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -43,12 +50,14 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     workdir = Path(args.workdir).resolve()
     if workdir.exists() and not args.keep:
         shutil.rmtree(workdir)
-    config_path = write_demo_config(workdir, args.files_per_batch)
+    location = getattr(args, "location", None)
+    storage_block = _storage_block(args) if location else None
+    config_path = write_demo_config(workdir, args.files_per_batch, location, storage_block)
     config = load_config(config_path)
 
     echo(f"== 1/3 generate -> {config.source.path}")
     assert config.source.path is not None  # the demo's config is a files source
-    truth = generate_files(scenario, config.source.path)
+    truth = _generate(scenario, config.source.path, workdir, keep=args.keep, echo=echo)
     echo(
         f"   {truth.unique_events:,} unique events from {scenario.hosts:,} hosts over "
         f"{scenario.minutes} min in {truth.files} files; {truth.duplicate_copies:,} retry copies, "
@@ -93,6 +102,35 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     spark.stop()
     ok = totals["unexplained"] == 0 and stream_total == truth.unique_events and quality_ok
     return 0 if ok else 1
+
+
+def _storage_block(args) -> dict:
+    block: dict = {}
+    if getattr(args, "s3_endpoint", None):
+        block["endpoint"] = args.s3_endpoint
+    if getattr(args, "s3_path_style", False):
+        block["path_style"] = True
+    return block
+
+
+def _generate(scenario: Scenario, landing: str, workdir: Path, keep: bool, echo):
+    """Generate the scenario into ``landing``; on object storage, into ``workdir/landing`` first,
+    then uploaded in name order (a clean start deletes what the location held)."""
+    from tidemark import storage
+
+    if not storage.is_object_store(landing):
+        return generate_files(scenario, landing)
+    root = landing.rsplit("/", 1)[0]
+    if storage.ensure_bucket(root):
+        echo(f"   created bucket {storage.bucket_of(root)}")
+    if not keep:
+        storage.remove_tree(root)
+    staging = workdir / "landing"
+    truth = generate_files(scenario, str(staging))
+    started = time.monotonic()
+    copied = storage.upload_tree(staging, landing)
+    echo(f"   uploaded {copied} files to {landing} in {time.monotonic() - started:.1f}s")
+    return truth
 
 
 def _quality_and_report(config, config_path: Path, scenario: Scenario, spark, workdir: Path, echo) -> bool:

@@ -9,14 +9,13 @@ tables refuses to start instead of skipping or repeating writes. ``--reset-check
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from tidemark.config import PipelineConfig
 from tidemark.schemas import EVENTS, IDENTITY_FILE, WATERMARKS
+from tidemark.storage import Location, location, write_text_atomic
 from tidemark.timeutil import format_instant_ms, now_ms
 
 
@@ -47,7 +46,7 @@ class RunIdentity:
         return f"tidemark:{self.pipeline}:{self.run_id}"
 
 
-def _read_identity(path: Path) -> RunIdentity | None:
+def _read_identity(path: Location) -> RunIdentity | None:
     if not path.is_file():
         return None
     try:
@@ -56,19 +55,16 @@ def _read_identity(path: Path) -> RunIdentity | None:
         raise IdentityError(f"{path}: unreadable Tidemark identity ({exc})") from None
 
 
-def _write_identity(path: Path, identity: RunIdentity) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(asdict(identity), indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+def _write_identity(path: Location, identity: RunIdentity) -> None:
+    write_text_atomic(path, json.dumps(asdict(identity), indent=2))
 
 
-def _checkpoint_has_progress(checkpoint: Path) -> bool:
+def _checkpoint_has_progress(checkpoint: Location) -> bool:
     offsets = checkpoint / "offsets"
     return offsets.is_dir() and any(offsets.iterdir())
 
 
-def _tables_have_data(tables_root: Path) -> bool:
+def _tables_have_data(tables_root: Location) -> bool:
     return (tables_root / WATERMARKS / "_delta_log").is_dir() or (
         tables_root / EVENTS / "_delta_log"
     ).is_dir()
@@ -82,8 +78,8 @@ def check_identity(config: PipelineConfig) -> RunIdentity | None:
 
     Raises :class:`IdentityError` with a one-line explanation when they disagree. Writes nothing.
     """
-    checkpoint = Path(config.checkpoint)
-    tables_root = Path(config.tables_root)
+    checkpoint = location(config.checkpoint)
+    tables_root = location(config.tables_root)
     ck_id = _read_identity(checkpoint / IDENTITY_FILE)
     tb_id = _read_identity(tables_root / IDENTITY_FILE)
 
@@ -139,7 +135,7 @@ def new_identity(config: PipelineConfig, **fields: Any) -> RunIdentity:
     return RunIdentity(
         pipeline=config.pipeline,
         run_id=uuid.uuid4().hex[:12],
-        tables_root=str(Path(config.tables_root)),
+        tables_root=str(location(config.tables_root)),
         created_at=format_instant_ms(now_ms()),
         **fields,
     )
@@ -148,13 +144,13 @@ def new_identity(config: PipelineConfig, **fields: Any) -> RunIdentity:
 def read_identities(config: PipelineConfig) -> tuple[RunIdentity | None, RunIdentity | None]:
     """(checkpoint's identity, tables' identity), either None when absent."""
     return (
-        _read_identity(Path(config.checkpoint) / IDENTITY_FILE),
-        _read_identity(Path(config.tables_root) / IDENTITY_FILE),
+        _read_identity(location(config.checkpoint) / IDENTITY_FILE),
+        _read_identity(location(config.tables_root) / IDENTITY_FILE),
     )
 
 
 def write_identity(config: PipelineConfig, identity: RunIdentity) -> None:
     """Tables first, checkpoint second: a crash in between leaves a checkpoint without identity,
     which refuses to start, never a checkpoint that claims tables of another run."""
-    _write_identity(Path(config.tables_root) / IDENTITY_FILE, identity)
-    _write_identity(Path(config.checkpoint) / IDENTITY_FILE, identity)
+    _write_identity(location(config.tables_root) / IDENTITY_FILE, identity)
+    _write_identity(location(config.checkpoint) / IDENTITY_FILE, identity)

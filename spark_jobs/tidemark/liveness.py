@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import PipelineConfig
+from tidemark.storage import Location, is_object_store, location, write_text_atomic
 from tidemark.timeutil import humanize_ms, now_ms
 
 HEARTBEAT_EVERY_S = 5
@@ -42,23 +43,29 @@ DEAD = "DEAD"
 STOPPED = "STOPPED"
 
 
-def heartbeat_path(config: PipelineConfig) -> Path:
-    return Path(config.checkpoint) / HEARTBEAT_FILE
+def heartbeat_path(config: PipelineConfig) -> Location:
+    return location(config.checkpoint) / HEARTBEAT_FILE
 
 
-def launch_path(config: PipelineConfig) -> Path:
+def launch_path(config: PipelineConfig) -> Location:
     """Written by whoever launches the job (the supervisor): pid, command, log, launch time."""
-    return Path(config.checkpoint).parent / f"{config.pipeline}{LAUNCH_FILE}"
+    return location(config.checkpoint).parent / f"{config.pipeline}{LAUNCH_FILE}"
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+def log_dir(config: PipelineConfig) -> Path:
+    """Where a launcher keeps the job's stdout log: beside the checkpoint on a local disk; for a
+    checkpoint on object storage (no appends there), ``$TIDEMARK_HOME/var/logs`` (or the current
+    directory's)."""
+    if not is_object_store(config.checkpoint):
+        return Path(config.checkpoint).parent
+    return Path(os.environ.get("TIDEMARK_HOME", os.getcwd())) / "var" / "logs"
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
+def write_json_atomic(path: Location, data: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1))
+
+
+def read_json(path: Location) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):

@@ -52,6 +52,16 @@ was measured to commit *over* the compacted file, so the table held its rows twi
 on either side. Setting table properties is a metadata commit that fails a write racing it; the
 stream's writes retry that (:data:`tidemark.tables.WRITE_ATTEMPTS`).
 
+**On object storage, between two batches.** The concurrency above rests on put-if-absent commits:
+a local disk has them for both writers; on S3, delta-rs has them (conditional writes) but Spark's
+Delta does not (``S3SingleDriverLogStore``: exclusive only within one JVM), so a maintenance job
+in another driver could overwrite a commit of the stream's. There a table has one writer at a
+time, as Delta documents: the stream maintains its own tables (:class:`InStreamMaintenance`,
+``maintenance.in_stream``, on by default when the warehouse is on object storage), after a
+batch's commit and before the next batch starts, when ``schedule`` has come round; the batch that
+runs it takes that much longer (minutes, see docs/benchmarks.md). ``tidemark maintain`` refuses
+to run beside a live stream of such a pipeline, and the maintenance DAG is not created for it.
+
 **What the retention keeps.** Only the ``_state`` tables are read at old versions: a batch (and
 the watermark status) starts from the versions the newest commit marker (``watermarks``:
 ``hosts_version``, ``open_version``) records. Those are normally the tables' newest versions,
@@ -74,10 +84,10 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemark import schemas as S
+from tidemark import storage
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
 from tidemark.timeutil import MS_PER_HOUR
@@ -177,11 +187,10 @@ def plan(config: PipelineConfig) -> list[tuple[str, str]]:
     """(table, kind) for every Delta table under the pipeline's root, the known ones first (the
     small ones, then events, then the state); a table this module does not know is vacuumed and
     checkpointed, never compacted."""
-    root = Path(config.tables_root)
     found = {
-        str(log.parent.relative_to(root))
-        for log in [*root.glob("*/_delta_log"), *root.glob("*/*/_delta_log")]
-        if log.is_dir()
+        "/".join(parts[:-2])
+        for file in storage.list_files(config.tables_root)
+        if 3 <= len(parts := file.split("/")) <= 4 and parts[-2] == "_delta_log"
     }
     known = [*COMPACTED, S.EVENTS, *STATE_VERSION_COLUMNS]
     ordered = [t for t in known if t in found] + sorted(found - set(known))
@@ -208,7 +217,6 @@ def maintain(
 def maintain_table(
     spark: SparkSession, config: PipelineConfig, table: str, kind: str, echo: Callable[[str], None] = print
 ) -> TableResult:
-    from deltalake import DeltaTable
 
     started = time.monotonic()
     path = config.table_path(table)
@@ -225,7 +233,7 @@ def maintain_table(
         if kind in (ZORDER, COMPACT):
             done.append(sql.compact(kind))
         done.append(sql.vacuum(hours))
-        delta = DeltaTable(path)
+        delta = T.open_table(path)
         delta.create_checkpoint()
         T.drop_stale_checksum(path)  # Spark's checksum of the _last_checkpoint rewritten here
         delta.cleanup_metadata()
@@ -233,6 +241,58 @@ def maintain_table(
     return TableResult(
         table, kind, tuple(done), before, layout(path), round(time.monotonic() - started, 1), note
     )
+
+
+MAINTAINED_FILE = "_tidemark_maintained.json"
+
+
+class InStreamMaintenance:
+    """Maintenance run by the stream's driver between two batches (see the module docstring):
+    due when ``maintenance.schedule`` has fired since the last run, recorded in
+    ``<tables root>/_tidemark_maintained.json`` (a new pipeline's first run is at the first
+    scheduled time after it started)."""
+
+    def __init__(
+        self, spark: SparkSession, config: PipelineConfig, echo: Callable[[str], None] = print
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.echo = echo
+        self.record = storage.location(config.tables_root) / MAINTAINED_FILE
+
+    def last_run_ms(self) -> int | None:
+        try:
+            return int(json.loads(self.record.read_text())["maintained_at_ms"])
+        except (FileNotFoundError, KeyError, ValueError):
+            return None
+
+    def due(self, now: int) -> bool:
+        from datetime import UTC, datetime
+
+        from croniter import croniter
+
+        last = self.last_run_ms()
+        if last is None:
+            self._write(now, None)
+            return False
+        start = datetime.fromtimestamp(last / 1000, tz=UTC)
+        fire = croniter(self.config.maintenance.schedule, start).get_next(datetime)
+        return fire.timestamp() * 1000 <= now
+
+    def maybe_run(self, now: int) -> MaintenanceReport | None:
+        if not self.due(now):
+            return None
+        self.echo(
+            f"[{self.config.pipeline}] maintenance due ({self.config.maintenance.schedule}): "
+            "running between two batches (one writer per table on object storage)"
+        )
+        report = maintain(self.spark, self.config, self.echo)
+        self.echo(report.summary())
+        self._write(now, report.seconds)
+        return report
+
+    def _write(self, now: int, seconds: float | None) -> None:
+        storage.write_text_atomic(self.record, json.dumps({"maintained_at_ms": now, "seconds": seconds}))
 
 
 def _restart_version(config: PipelineConfig, table: str) -> int | None:
@@ -249,12 +309,11 @@ def _vacuum_state(path: str, hours: int, keep: int | None) -> str:
     with Delta's retention check. Its commits run no checkpoint or log cleanup, which could
     remove the log of that version once it is old; the stream's writes clean the log up at the
     versions they record."""
-    from deltalake import DeltaTable
 
     keep_versions = [keep] if keep is not None else None
-    if not DeltaTable(path).vacuum(hours, dry_run=True, full=True, keep_versions=keep_versions):
+    if not T.open_table(path).vacuum(hours, dry_run=True, full=True, keep_versions=keep_versions):
         return f"vacuum {hours}h: nothing due"
-    deleted = DeltaTable(path).vacuum(
+    deleted = T.open_table(path).vacuum(
         hours,
         dry_run=False,
         enforce_retention_duration=True,
@@ -276,11 +335,10 @@ def _set_properties(path: str, wanted: dict[str, str]) -> bool:
     """Set the table properties that differ (a metadata commit: a stream write racing it fails and
     is retried, :data:`tidemark.tables.WRITE_ATTEMPTS`); True when there were any. Its commit runs
     no checkpoint or log cleanup (see :func:`_vacuum_state`)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
     for attempt in range(1, OPTIMIZE_ATTEMPTS + 1):
-        table = DeltaTable(path)
+        table = T.open_table(path)
         changed = {k: v for k, v in wanted.items() if table.metadata().configuration.get(k) != v}
         if not changed:
             return attempt > 1
@@ -334,10 +392,9 @@ class _Sql:
         ``minFileSize``: with fewer there is nothing to join, and a ZORDER would rewrite the
         table for nothing. Says what it did."""
         import pyarrow as pa
-        from deltalake import DeltaTable
 
         min_size = int(self.spark.conf.get("spark.databricks.delta.optimize.minFileSize", None) or 1 << 30)
-        sizes = pa.table(DeltaTable(self.path).get_add_actions(flatten=True))["size_bytes"].to_pylist()
+        sizes = pa.table(T.open_table(self.path).get_add_actions(flatten=True))["size_bytes"].to_pylist()
         if sum(1 for size in sizes if size < min_size) < 2:
             return "nothing to compact"
         if kind == ZORDER:
@@ -350,9 +407,8 @@ class _Sql:
     def vacuum(self, hours: int) -> str:
         """VACUUM with Delta's retention check, when there is something to delete: delta-rs lists
         it first (a dry run, milliseconds; Spark's VACUUM takes seconds even when idle)."""
-        from deltalake import DeltaTable
 
-        due = DeltaTable(self.path).vacuum(retention_hours=hours, dry_run=True, full=True)
+        due = T.open_table(self.path).vacuum(retention_hours=hours, dry_run=True, full=True)
         if not due:
             return f"vacuum {hours}h: nothing due"
         self.spark.sql(f"VACUUM {self.table} RETAIN {hours} HOURS").collect()
@@ -362,17 +418,18 @@ class _Sql:
 def layout(path: str) -> Layout:
     import pyarrow as pa
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
 
-    table = DeltaTable(path)
+    table = T.open_table(path)
     adds = pa.table(table.get_add_actions(flatten=True))
-    root = Path(path)
+    files = storage.list_files(path)
     return Layout(
         version=table.version(),
         files=adds.num_rows,
         bytes=int(pc.sum(adds["size_bytes"]).as_py() or 0) if adds.num_rows else 0,
-        log_files=sum(1 for f in (root / "_delta_log").iterdir() if LOG_ENTRY.match(f.name)),
-        disk_files=sum(1 for f in root.rglob("*.parquet") if "_delta_log" not in f.relative_to(root).parts),
+        log_files=sum(
+            1 for f in files if f.startswith("_delta_log/") and LOG_ENTRY.match(f[len("_delta_log/") :])
+        ),
+        disk_files=sum(1 for f in files if f.endswith(".parquet") and "_delta_log" not in f.split("/")),
     )
 
 

@@ -272,9 +272,8 @@ def events_frame_local(
     path = config.table_path(S.EVENTS)
     if not T.table_exists(path):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in [*S.EVENT_COLUMNS, "arrival_lead_ms"]})
-    from deltalake import DeltaTable
 
-    dataset = DeltaTable(path).to_pyarrow_dataset()
+    dataset = T.open_table(path).to_pyarrow_dataset()
     condition = None
     if start_ms is not None:
         condition = ds.field("event_time") >= start_ms

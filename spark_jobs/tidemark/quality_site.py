@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from tidemark.config import PipelineConfig
+from tidemark.storage import is_object_store
 
 QUALITY_DIR = "_quality"
 HISTORY_PAGE = "tidemark_history.html"
@@ -37,8 +38,15 @@ _STYLE = (
 
 
 def quality_root(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The GX file context's project root: ``quality_dir`` or ``<warehouse>/<pipeline>/_quality``."""
-    return Path(quality_dir) if quality_dir is not None else Path(config.tables_root) / QUALITY_DIR
+    """The GX file context's project root: ``quality_dir`` or ``<warehouse>/<pipeline>/_quality``.
+
+    GX's file context and the pages the Airflow view serves need a local directory: for a
+    warehouse on object storage the default is ``$TIDEMARK_HOME/var/quality/<pipeline>``."""
+    if quality_dir is not None:
+        return Path(quality_dir)
+    if is_object_store(config.tables_root):
+        return Path(os.environ.get("TIDEMARK_HOME", os.getcwd())) / "var" / "quality" / config.pipeline
+    return Path(config.tables_root) / QUALITY_DIR
 
 
 def data_docs_index(config: PipelineConfig, quality_dir: str | os.PathLike[str] | None = None) -> Path:

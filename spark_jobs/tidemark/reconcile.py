@@ -305,7 +305,6 @@ def _per_key(config: PipelineConfig, table: str, start_ms: int, end_ms: int) -> 
     (rows counted) in ``[start, end)``, read with delta-rs: one row per window and key, few
     enough for the driver (the stream keeps its open windows there too), so the diff needs no
     Spark job."""
-    from deltalake import DeltaTable
 
     path = config.table_path(table)
     if not T.table_exists(path):
@@ -316,7 +315,7 @@ def _per_key(config: PipelineConfig, table: str, start_ms: int, end_ms: int) -> 
         pc.field("window_start") < pa.scalar(end_ms * 1000, S.TS_US)
     )
     columns = ["window_start", "key"] + (["events"] if table == S.WINDOWS else [])
-    rows = DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns, filter=in_range).to_pandas()
+    rows = T.open_table(path).to_pyarrow_dataset().to_table(columns=columns, filter=in_range).to_pandas()
     rows["window_start_ms"] = T.epoch_ms(rows["window_start"]).astype("int64")
     grouped = rows.groupby(["window_start_ms", "key"], dropna=False)
     counts = grouped["events"].sum() if table == S.WINDOWS else grouped.size()

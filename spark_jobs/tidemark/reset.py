@@ -23,7 +23,6 @@ The checkpoint is a local (or mounted) directory, as for the run identity.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemark import schemas as S
@@ -31,6 +30,7 @@ from tidemark import tables as T
 from tidemark.checkpoint import RESETTABLE_SOURCES, committed_markers, recorded_progress
 from tidemark.config import PipelineConfig
 from tidemark.identity import IdentityError, RunIdentity, new_identity, read_identities, write_identity
+from tidemark.storage import location
 from tidemark.timeutil import format_instant_ms, now_ms
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def reset_checkpoint(spark: SparkSession, config: PipelineConfig, echo=print) ->
         if T.table_exists(path):
             spark.sql(f"DELETE FROM delta.`{path}` WHERE {column} > {last}")
     reset_at = now_ms()
-    checkpoint = Path(config.checkpoint)
+    checkpoint = location(config.checkpoint)
     if checkpoint.exists():
         stamp = format_instant_ms(reset_at).replace(":", "").replace("-", "").replace(".", "")
         aside = checkpoint.with_name(f"{checkpoint.name}.before-reset-{stamp}")

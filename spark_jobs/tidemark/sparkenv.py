@@ -144,12 +144,19 @@ def build_session(
 
 
 def session_for(config: PipelineConfig, app: str) -> SparkSession:
-    """The session a ``tidemark`` command runs ``config``'s pipeline in (its ``spark:`` block)."""
+    """The session a ``tidemark`` command runs ``config``'s pipeline in (its ``spark:`` block; for
+    ``s3a://`` locations the S3 settings and jars of :mod:`tidemark.storage`)."""
+    from tidemark import storage
+
+    conf: dict[str, Any] = {**storage.spark_conf(config), **config.spark.conf}
+    s3_jars = storage.spark_jars(config)
+    if s3_jars and "spark.jars" not in conf and not _launched_by_spark_submit():
+        conf["spark.jars"] = ",".join(str(j) for j in [*cached_jars(), *s3_jars])
     return build_session(
         app_name=f"tidemark-{app}-{config.pipeline}",
         master=config.spark.master,
         shuffle_partitions=config.spark.shuffle_partitions,
-        extra_conf=config.spark.conf,
+        extra_conf=conf,
     )
 
 

@@ -44,6 +44,7 @@ from tidemark.checkpoint import ResumePoint, resume_point
 from tidemark.config import PipelineConfig
 from tidemark.dedup import HASH
 from tidemark.identity import ensure_identity
+from tidemark.maintenance import InStreamMaintenance
 from tidemark.records import PARSED_COLUMNS as PARSED
 from tidemark.reset import reset_checkpoint
 from tidemark.sources import is_event_col, parsed_source
@@ -84,6 +85,8 @@ def start_stream(
     identity = reset_checkpoint(spark, config, echo) if reset else ensure_identity(config)
     resume = resume_point(config, identity)
     processor = BatchProcessor(spark, config, identity, echo=echo)
+    if config.maintained_in_stream:
+        processor.between_batches = InStreamMaintenance(spark, config, echo).maybe_run
     writer = (
         build_stream(spark, config, resume)
         .writeStream.queryName(f"tidemark_{config.pipeline}")

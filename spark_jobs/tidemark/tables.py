@@ -26,7 +26,7 @@ import struct
 import zlib
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from tidemark import faults
+from tidemark import faults, storage
 from tidemark.config import PipelineConfig
 from tidemark.identity import RunIdentity
 from tidemark.schemas import CREATE_OPTIONS
@@ -34,6 +34,7 @@ from tidemark.schemas import CREATE_OPTIONS
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+    from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -106,14 +107,14 @@ class TableWriter:
         """Idempotent delta-rs write of a driver-side frame; returns the table version after it.
 
         ``merge_schema`` lets an append add columns (tables written before a column existed)."""
-        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake import CommitProperties, Transaction
 
         faults.reached(f"before:{table}", batch_id)
         path = self.path(table)
         app_id = f"{self.identity.app_id}:{table}"
         for attempt in range(1, WRITE_ATTEMPTS + 1):
-            if DeltaTable.is_deltatable(path):
-                existing = DeltaTable(path)
+            if table_exists(path):
+                existing = open_table(path)
                 done = existing.transaction_version(app_id)
                 if done is not None and done >= batch_id:
                     return existing.version()
@@ -135,7 +136,7 @@ class TableWriter:
                 if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
                     raise
         faults.reached(f"after:{table}", batch_id)
-        return DeltaTable(path).version()
+        return open_table(path).version()
 
 
 def write_rs(path: str, data, **options) -> None:
@@ -144,7 +145,7 @@ def write_rs(path: str, data, **options) -> None:
     (:func:`drop_stale_checksum`)."""
     from deltalake import write_deltalake
 
-    write_deltalake(path, data, **options)
+    write_deltalake(path, data, storage_options=storage.delta_options(path), **options)
     drop_stale_checksum(path)
 
 
@@ -191,10 +192,18 @@ def _hadoop_crc_matches(crc: bytes, data: bytes) -> bool:
     return crc[8:] == b"".join(struct.pack(">I", x) for x in sums)
 
 
+def open_table(path: str, version: int | None = None) -> DeltaTable:
+    """A pipeline table through delta-rs, with the storage options of its location
+    (:func:`tidemark.storage.delta_options`: none on a local disk)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
+
+
 def table_exists(path: str) -> bool:
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(path)
+    return DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path))
 
 
 def read_if_exists(
@@ -204,11 +213,7 @@ def read_if_exists(
     path = config.table_path(table)
     if not table_exists(path):
         return None
-    from deltalake import DeltaTable
-
-    return (DeltaTable(path) if version is None else DeltaTable(path, version=version)).to_pandas(
-        columns=columns
-    )
+    return open_table(path, version).to_pandas(columns=columns)
 
 
 def latest_marker(path: str, max_batch: int | None = None) -> dict | None:
@@ -224,9 +229,8 @@ def latest_marker(path: str, max_batch: int | None = None) -> dict | None:
         return None
     import pyarrow as pa
     import pyarrow.dataset as ds
-    from deltalake import DeltaTable
 
-    delta = DeltaTable(path)
+    delta = open_table(path)
     found = ds.field("batch_id") <= max_batch if max_batch is not None else None
     floor = _present_batch_floor(pa.table(delta.get_add_actions(flatten=True)), max_batch)
     if floor is not None:
@@ -275,10 +279,7 @@ def epoch_ms(series: pd.Series) -> pd.Series:
 
 def read_local(path: str, version: int | None = None) -> pd.DataFrame:
     """A small Delta table as pandas, through delta-rs (no JVM)."""
-    from deltalake import DeltaTable
-
-    table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
-    return table.to_pandas()
+    return open_table(path, version).to_pandas()
 
 
 def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
