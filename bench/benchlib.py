@@ -170,9 +170,12 @@ def run_baseline(
     files_per_trigger: int,
     delay: str = "2 minutes",
     events: DataFrame | None = None,
+    dedup: bool = False,
 ) -> tuple[float, list[dict]]:
     """Run the plain Spark job over every file once (availableNow); return (wall s, progress).
-    ``events`` (:func:`baseline_kafka_events`) replaces the landing files as its input.
+    ``events`` (:func:`baseline_kafka_events`) replaces the landing files as its input. ``dedup``:
+    drop publisher retries first with ``dropDuplicatesWithinWatermark("event_id")`` (Spark's own
+    answer to retries, which forgets an id once the watermark passes it).
 
     Spark's own default, ``noDataMicroBatches.enabled=true``, is used for this query so the
     heuristic watermark can close windows after the last data batch, as it would in production
@@ -184,10 +187,13 @@ def run_baseline(
     before = spark.conf.get(key)
     spark.conf.set(key, "true")
     try:
+        watermarked = (
+            events if events is not None else baseline_events(spark, landing, files_per_trigger)
+        ).withWatermark("ts", delay)
+        if dedup:
+            watermarked = watermarked.dropDuplicatesWithinWatermark(["event_id"])
         counts = (
-            (events if events is not None else baseline_events(spark, landing, files_per_trigger))
-            .withWatermark("ts", delay)
-            .groupBy(F.window("ts", "1 minute"), "key")
+            watermarked.groupBy(F.window("ts", "1 minute"), "key")
             .count()
             .select(
                 F.unix_millis("window.start").alias("window_start_ms"),

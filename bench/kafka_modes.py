@@ -17,6 +17,7 @@ restart after SIGKILL to the first committed batch. Raw figures to
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,68 @@ def recovery_seconds(root: Path, broker: KafkaBroker, topic: str, per_trigger: i
         proc.wait()
 
 
+GOALS = {"exactly_once": 0.9, "at_least_once": 1.1}  # issue 22: x the plain Spark Kafka job
+
+
+def render(data: dict) -> str:
+    """The tables of one results file (also what ``bench/report.py`` puts in the docs): medians
+    with their spread graded against the goals, Spark's ``durationMs`` and Tidemark's phases."""
+    runs = data["runs"]
+    systems = list(runs)
+    records = data["input"]["records"]
+    rates = {s: [records / r["wall_s"] for r in runs[s]] for s in systems}
+    peer = median(rates["baseline"]) if "baseline" in rates else None
+    rows = []
+    for system in systems:
+        rate = median(rates[system])
+        ratio = rate / peer if peer else None
+        goal = GOALS.get(system)
+        rows.append(
+            [
+                system,
+                f"{runs[system][-1]['events']:,}",
+                f"{median([r['wall_s'] for r in runs[system]]):.1f}",
+                f"{rate:,.0f}",
+                f"{min(rates[system]):,.0f}-{max(rates[system]):,.0f}",
+                f"{ratio:.2f}x" if ratio else "-",
+                (f">= {goal:.2f}x: {'met' if ratio >= goal else 'NOT met'}" if goal and ratio else "-"),
+                f"{median([r['batches'] for r in runs[system]]):.0f}",
+            ]
+        )
+    headers = ["system", "events stored", "wall (s)", "records/s", "spread", "vs baseline", "goal", "batches"]
+    parts = [
+        f"{records:,} Kafka records, `maxOffsetsPerTrigger` {int(data['args']['per_trigger']):,} for every "
+        f"system; medians of {len(next(iter(runs.values())))} rounds, the order rotated every round:",
+        md_table(headers, rows),
+    ]
+    names = sorted({k for s in systems for r in runs[s] for k in r["spark_ms"]})
+    parts.append("Spark `durationMs`, summed over the data batches (median over rounds, s):")
+    parts.append(
+        md_table(
+            ["durationMs", *systems],
+            [[n, *(f"{median([r['spark_ms'].get(n, 0) for r in runs[s]]) / 1000:.2f}" for s in systems)]
+             for n in names],
+        )
+    )  # fmt: skip
+    tidemark = [s for s in systems if s != "baseline"]
+    phases = sorted({k for s in tidemark for r in runs[s] for k in r["phases_s"]})
+    if phases:
+        parts.append("Tidemark's phases, summed over the batches (median over rounds, s):")
+        parts.append(
+            md_table(
+                ["phase", *tidemark],
+                [[n, *(f"{median([r['phases_s'].get(n, 0) for r in runs[s]]):.2f}" for s in tidemark)]
+                 for n in phases],
+            )
+        )  # fmt: skip
+    if data.get("recovery_s") is not None:
+        parts.append(
+            f"Recovery after SIGKILL (restart to the first committed batch, exactly_once): "
+            f"{data['recovery_s']:.1f}s"
+        )
+    return "\n\n".join(parts) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=10_000)
@@ -201,61 +264,10 @@ def main() -> None:
         spark.stop()
         rates = {s: [truth.lines / r["wall_s"] for r in runs[s]] for s in systems}
         peer = median(rates["baseline"]) if "baseline" in rates else None
-        rows = []
-        for system in systems:
-            rate = median(rates[system])
-            last = runs[system][-1]
-            rows.append(
-                [
-                    system,
-                    f"{last['events']:,}",
-                    f"{median([r['wall_s'] for r in runs[system]]):.1f}",
-                    f"{rate:,.0f}",
-                    f"{min(rates[system]):,.0f}-{max(rates[system]):,.0f}",
-                    f"{rate / peer:.2f}x" if peer else "-",
-                    f"{median([r['batches'] for r in runs[system]]):.0f}",
-                ]
-            )
-        print(f"\nmedians of {args.rounds} round(s), the order rotated every round:\n")
-        headers = ["system", "events stored", "wall (s)", "records/s", "spread", "vs baseline", "batches"]
-        print(md_table(headers, rows))
-        names = sorted({k for s in systems for r in runs[s] for k in r["spark_ms"]})
-        print("\nSpark durationMs, summed over the data batches (median run, s):\n")
-        print(
-            md_table(
-                ["durationMs", *systems],
-                [
-                    [
-                        n,
-                        *(
-                            f"{median([r['spark_ms'].get(n, 0) for r in runs[s]]) / 1000:.2f}"
-                            for s in systems
-                        ),
-                    ]
-                    for n in names
-                ],
-            )
-        )
-        phases = sorted({k for s in systems for r in runs[s] for k in r["phases_s"]})
-        if phases:
-            tidemark = [s for s in systems if s != "baseline"]
-            print("\nTidemark's phases, summed over the batches (median run, s):\n")
-            print(
-                md_table(
-                    ["phase", *tidemark],
-                    [
-                        [n, *(f"{median([r['phases_s'].get(n, 0) for r in runs[s]]):.2f}" for s in tidemark)]
-                        for n in phases
-                    ],
-                )
-            )
         recovery = None
         if not args.no_recovery:
             recovery = recovery_seconds(root, broker, "bench", args.per_trigger)
-            print(
-                f"\nrecovery after SIGKILL (restart to first committed batch, exactly_once): {recovery:.1f}s"
-            )
-        write_results(
+        out = write_results(
             "kafka_modes",
             args,
             input={
@@ -268,6 +280,7 @@ def main() -> None:
             ratios_to_baseline={s: round(median(rates[s]) / peer, 3) for s in systems} if peer else None,
             recovery_s=recovery,
         )
+        print("\n" + render(json.loads(out.read_text())))
     finally:
         broker.stop()
 

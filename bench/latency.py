@@ -23,6 +23,7 @@ nothing is asserted. Work directory: ``var/bench/latency``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import threading
@@ -41,6 +42,7 @@ from benchlib import (
     md_table,
     pipeline_config,
     session,
+    write_results,
 )
 
 from tidemark import schemas as S
@@ -52,13 +54,13 @@ from tidemark.timeutil import parse_duration_ms
 TARGET = 0.999
 
 
-def start_baseline(spark, landing: Path, out: Path, trigger_ms: int):
+def start_baseline(spark, landing: Path, out: Path, trigger_ms: int, delay_s: int = 120):
     """The plain Spark job, live: each batch's closed windows stamped with their write time."""
     from pyspark.sql import functions as F
 
     counts = (
         baseline_events(spark, landing, 1000)
-        .withWatermark("ts", "2 minutes")
+        .withWatermark("ts", f"{delay_s} seconds")
         .groupBy(F.window("ts", "1 minute"), "key")
         .count()
         .select(F.unix_millis("window.start").alias("window_start_ms"), "key", F.col("count").alias("events"))
@@ -77,18 +79,43 @@ def start_baseline(spark, landing: Path, out: Path, trigger_ms: int):
     )
 
 
-def latency_row(label: str, system: str, ends_ms: np.ndarray, commits_ms: np.ndarray, expected: int):
+def latency_row(
+    label: str, system: str, ends_ms: np.ndarray, commits_ms: np.ndarray, expected: int, complete: str = "-"
+):
     if len(ends_ms) == 0:
-        return [label, system, f"0/{expected}", "-", "-", "-"]
+        return [label, system, f"0/{expected}", complete, "-", "-", "-"]
     lat = (commits_ms - ends_ms) / 1000
     return [
         label,
         system,
         f"{len(lat)}/{expected}",
+        complete,
         f"{np.median(lat):.1f}",
         f"{np.percentile(lat, 99):.1f}",
         f"{lat.max():.1f}",
     ]
+
+
+HEADERS = [
+    "regime",
+    "system",
+    "windows closed",
+    "events in them vs Tidemark",
+    "median latency (s)",
+    "p99 latency (s)",
+    "max (s)",
+]
+
+
+def render(data: dict) -> str:
+    """The latency table of one results file (also what ``bench/report.py`` puts in the docs)."""
+    a = data["args"]
+    return (
+        f"{int(a['hosts']):,} hosts x {a['rate']} events a minute, a landing file every {a['file_span']}, "
+        f"trigger {a['trigger']}, {a['minutes']} min written live:\n\n"
+        + md_table(HEADERS, data["rows"], "llrrrrr")
+        + "\n"
+    )
 
 
 def main() -> None:
@@ -100,10 +127,15 @@ def main() -> None:
     parser.add_argument("--regimes", default="0,0.0005,0.005", help="comma-separated lagging-host shares")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--trigger", default="10s", help="processing-time trigger of every query")
+    parser.add_argument("--file-span", default="60s", help="a landing file per this much time")
+    parser.add_argument("--delays", default="2m", help="the plain Spark job's watermark delays")
+    parser.add_argument("--duplicate-rate", type=float, default=0.0, help="publisher retries")
+    parser.add_argument("--no-results", action="store_true", help="write no results file")
     parser.add_argument("--grace", default="3m", help="how long the queries run after the last file")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "latency")
     args = parser.parse_args()
     trigger_ms, grace_ms = parse_duration_ms(args.trigger), parse_duration_ms(args.grace)
+    delays = [parse_duration_ms(d.strip()) // 1000 for d in args.delays.split(",") if d.strip()]
 
     print(f"machine: {machine_line()}", flush=True)
     shutil.rmtree(args.workdir, ignore_errors=True)
@@ -114,14 +146,20 @@ def main() -> None:
         root = args.workdir / f"lag-{share}"
         landing = root / "landing"
         landing.mkdir(parents=True)
-        s = scenario_for(args, share)  # the accuracy benchmark's scenario, written live
+        s = dataclasses.replace(  # the accuracy benchmark's scenario, written live
+            scenario_for(args, share), file_span_s=parse_duration_ms(args.file_span) // 1000
+        )
         label = regime_label(s)
         runs.append((label, s, root, landing))
 
     # Spark's own default (no-data batches on) for the baseline; Tidemark's sessions turn it off.
     # Each query keeps the setting it started with.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    queries = [start_baseline(spark, landing, root / "baseline", trigger_ms) for _, _, root, landing in runs]
+    queries = [
+        start_baseline(spark, landing, root / f"baseline-{d}s", trigger_ms, d)
+        for _, _, root, landing in runs
+        for d in delays
+    ]
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     configs = []
     for i, (_, _, root, landing) in enumerate(runs):
@@ -155,28 +193,35 @@ def main() -> None:
     rows = []
     for (label, s, root, _), config in zip(runs, configs, strict=True):
         ends, commits = np.array([]), np.array([])
+        tidemark_events: dict[int, int] = {}
         if T.table_exists(config.table_path(S.WINDOWS)):
             windows = T.read_local(config.table_path(S.WINDOWS))
             end, commit = T.epoch_ms(windows["window_end"]), T.epoch_ms(windows["committed_at"])
             per = windows.assign(end=end, commit=commit).groupby("end")["commit"].max()
             ends, commits = per.index.to_numpy(), per.to_numpy()
+            tidemark_events = windows.assign(end=end).groupby("end")["events"].sum().to_dict()
         rows.append(latency_row(label, "Tidemark, precise 0.999", ends, commits, s.minutes))
-        ends, commits = np.array([]), np.array([])
-        baseline = str(root / "baseline" / "windows")
-        if T.table_exists(baseline):
-            per = T.read_local(baseline).groupby("window_start_ms")["committed_at_ms"].min()
-            ends, commits = per.index.to_numpy(dtype="int64") + 60_000, per.to_numpy()
-        rows.append(latency_row(label, 'Spark withWatermark("2 minutes")', ends, commits, s.minutes))
+        for delay in delays:
+            ends, commits = np.array([]), np.array([])
+            complete = "-"
+            baseline = str(root / f"baseline-{delay}s" / "windows")
+            if T.table_exists(baseline):
+                frame = T.read_local(baseline)
+                per = frame.groupby("window_start_ms")["committed_at_ms"].min()
+                ends, commits = per.index.to_numpy(dtype="int64") + 60_000, per.to_numpy()
+                got = frame.assign(end=frame["window_start_ms"] + 60_000).groupby("end")["events"].sum()
+                both = [e for e in got.index if e in tidemark_events]
+                if both:
+                    ratio = sum(int(got[e]) for e in both) / sum(tidemark_events[e] for e in both)
+                    complete = f"{ratio:.5f} ({len(both)} windows)"
+            system = f'Spark withWatermark("{delay} seconds")'
+            rows.append(latency_row(label, system, ends, commits, s.minutes, complete))
     spark.stop()
     print()
-    print(
-        md_table(
-            ["regime", "system", "windows closed", "median latency (s)", "p99 latency (s)", "max (s)"],
-            rows,
-            "llrrrr",
-        )
-    )
+    print(render({"args": vars(args) | {"workdir": str(args.workdir)}, "rows": rows}))
     print(f"\nfinished: {load_line()}")
+    if not args.no_results:
+        write_results("latency", args, rows=rows)
 
 
 if __name__ == "__main__":

@@ -106,6 +106,83 @@ class Run:
     rss: list[tuple[int, int, int]] = field(default_factory=list)  # (input events, jvm kB, py kB)
 
 
+GOALS = {"exactly_once": 1.0, "at_least_once": 1.15}  # issue 22: x the plain Spark job, medians
+SPARK_PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+
+
+def render(data: dict) -> str:
+    """The tables of one results file (also what ``bench/report.py`` puts in the docs): the peer's
+    sweep, the medians with their spread graded against the goals, and where each system's median
+    round spent its time (Spark's ``durationMs`` summed over batches, Tidemark's own phases)."""
+    lines = data["input"]["lines"]
+    rounds = data["rounds"]
+    order = [name for name in SYSTEMS if name in rounds]
+    base = data["median_lines_per_s"].get("baseline")
+    ceiling = data["median_lines_per_s"].get("ceiling")
+    parts = [
+        f"{lines:,} lines in {data['input']['files']} one-minute files; "
+        f"{len(next(iter(rounds.values())))} rounds per system, order rotated every round; "
+        f"Tidemark reads {data['args']['files_per_trigger']} files per trigger."
+    ]
+    if data.get("peer_sweep"):
+        rows = [
+            [t["files_per_trigger"], t["shuffle_partitions"], t["state_store"], f"{t['wall_s']:.1f}",
+             f"{t['lines_per_s']:,}"]
+            for t in data["peer_sweep"]
+        ]  # fmt: skip
+        peer = data["peer_settings"]
+        parts.append(
+            "The plain Spark job's own settings, one run each (it then runs at the fastest: "
+            f"{peer['files_per_trigger']} files per trigger, {peer['shuffle_partitions']} shuffle "
+            f"partitions, {peer['state_store']} state store):\n\n"
+            + md_table(
+                ["files per trigger", "shuffle partitions", "state store", "wall (s)", "lines/s"], rows
+            )
+        )
+    rows = []
+    for name in order:
+        rates = [lines / r["wall_s"] for r in rounds[name]]
+        rate = data["median_lines_per_s"][name]
+        goal = GOALS.get(name)
+        ratio = rate / base if base else None
+        rows.append(
+            [
+                LABELS[name],
+                f"{rate:,}",
+                f"{min(rates):,.0f}-{max(rates):,.0f}",
+                f"{ratio:.2f}x" if ratio else "-",
+                f"{rate / ceiling:.2f}x" if ceiling else "-",
+                (f">= {goal:.2f}x: {'met' if ratio >= goal else 'NOT met'}" if goal and ratio else "-"),
+            ]
+        )
+    parts.append(
+        md_table(
+            ["system", "median lines/s", "spread (min-max)", "x plain Spark", "x ceiling", "goal (issue 22)"],
+            rows,
+        )
+    )
+    rows = []
+    for name in order:
+        median_round = sorted(rounds[name], key=lambda r: r["wall_s"])[len(rounds[name]) // 2]
+        spark_ms = median_round["spark_ms"]
+        phases = median_round.get("phases_s") or {}
+        rows.append(
+            [
+                name,
+                f"{median_round['wall_s']:.1f}",
+                median_round["batches"],
+                *(f"{spark_ms.get(k, 0) / 1000:.1f}" for k in SPARK_PHASES),
+                ", ".join(f"{k} {v:.1f}" for k, v in phases.items()) or "-",
+            ]
+        )
+    parts.append(
+        "Where the median round's time went (seconds summed over its batches; `addBatch` holds the "
+        "sink's work, for Tidemark the whole `foreachBatch`, split by its own phase timer):\n\n"
+        + md_table(["system", "wall (s)", "batches", *SPARK_PHASES, "Tidemark phases (s)"], rows)
+    )
+    return "\n\n".join(parts) + "\n"
+
+
 def spark_durations(progress: list[dict]) -> tuple[int, dict[str, list[int]]]:
     per: dict[str, list[int]] = defaultdict(list)
     batches = 0
