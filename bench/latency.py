@@ -112,7 +112,13 @@ def render(data: dict) -> str:
     a = data["args"]
     return (
         f"{int(a['hosts']):,} hosts x {a['rate']} events a minute, a landing file every {a['file_span']}, "
-        f"trigger {a['trigger']}, {a['minutes']} min written live:\n\n"
+        f"trigger {a['trigger']}, {a['minutes']} min written live, "
+        + (
+            f"a heartbeat per host every {a['heartbeat_every']}"
+            if a.get("heartbeat_every", "0s") != "0s"
+            else "no heartbeats but the last"
+        )
+        + ":\n\n"
         + md_table(HEADERS, data["rows"], "llrrrrr")
         + "\n"
     )
@@ -130,6 +136,9 @@ def main() -> None:
     parser.add_argument("--file-span", default="60s", help="a landing file per this much time")
     parser.add_argument("--delays", default="2m", help="the plain Spark job's watermark delays")
     parser.add_argument("--duplicate-rate", type=float, default=0.0, help="publisher retries")
+    parser.add_argument(
+        "--heartbeat-every", default="0s", help="each host's collector heartbeat interval (0s: none)"
+    )
     parser.add_argument("--no-results", action="store_true", help="write no results file")
     parser.add_argument("--grace", default="3m", help="how long the queries run after the last file")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "latency")
@@ -147,7 +156,9 @@ def main() -> None:
         landing = root / "landing"
         landing.mkdir(parents=True)
         s = dataclasses.replace(  # the accuracy benchmark's scenario, written live
-            scenario_for(args, share), file_span_s=parse_duration_ms(args.file_span) // 1000
+            scenario_for(args, share),
+            file_span_s=parse_duration_ms(args.file_span) // 1000,
+            heartbeat_every_s=parse_duration_ms(args.heartbeat_every) // 1000,
         )
         label = regime_label(s)
         runs.append((label, s, root, landing))

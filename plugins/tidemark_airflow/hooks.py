@@ -71,7 +71,13 @@ def submit_arguments(
     from tidemark.sparkenv import cached_jars, jvm_conf
 
     s3_jars = storage.spark_jars(config) if config is not None else []
-    s3_conf = storage.spark_conf(config) if config is not None else {}
+    # settings, never credentials: those would show on spark-submit's command line; the driver
+    # reads them from the connection in its environment (tidemark.sparkenv.session_for)
+    s3_conf = {
+        k: v
+        for k, v in (storage.spark_conf(config) if config is not None else {}).items()
+        if not k.endswith(storage.S3A_SECRET_KEYS)
+    }
     s3_env = storage_connection_env(config) if config is not None else {}
 
     python = sys.executable

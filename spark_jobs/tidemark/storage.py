@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 OBJECT_SCHEMES = ("s3a", "s3")
 S3_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+S3A_SECRET_KEYS = ("fs.s3a.access.key", "fs.s3a.secret.key", "fs.s3a.session.token")
 
 
 @dataclass(frozen=True)

@@ -246,8 +246,11 @@ def test_demo_runs_with_every_location_on_s3(s3, tmp_path):
         "--s3-path-style",
         "--hosts", "500",
         "--minutes", "8",
+        env={"TIDEMARK_HOME": str(tmp_path)},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    # GX's context and the report stay on a local disk: $TIDEMARK_HOME/var/quality/<pipeline>
+    assert (tmp_path / "var" / "quality" / "demo" / "reconciliation.html").is_file()
     assert "unexplained difference 0" in done.stdout
     assert "tables under s3a://tidemark-demo/demo/warehouse/demo/" in done.stdout
     assert not (tmp_path / "demo" / "warehouse").exists(), "the demo wrote tables locally"

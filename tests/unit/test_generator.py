@@ -147,3 +147,29 @@ def test_live_mode_with_history_writes_the_past_at_once_dated_at_arrival_then_pa
     for f in past:
         assert f.stat().st_mtime == pytest.approx((start + (int(f.stem[5:]) + 1) * 30_000) / 1000, abs=0.01)
     assert len(waits) == len(files) - len(past) and all(w > 0 for w in waits)
+
+
+def test_collector_heartbeats_follow_every_earlier_record_and_skip_the_outage(tmp_path):
+    s = Scenario(
+        hosts=30, minutes=4, events_per_host_per_minute=2, lag_share=0.1, lag_minutes=2, lag_start_minute=1,
+        duplicate_rate=0.0, malformed_rate=0.0, file_span_s=10, heartbeat_every_s=10,
+    )  # fmt: skip
+    truth = generate_files(s, tmp_path)
+    lagging = set(s.lagging_hosts())
+    outage = (s.start_ms + 60_000, s.start_ms + 180_000)
+    newest: dict[str, int] = defaultdict(lambda: -1)  # each host's newest event time read so far
+    ticks: dict[str, list[int]] = defaultdict(list)
+    for _, rec in _records(tmp_path):
+        host, et = rec["host"], rec["event_time"]
+        if rec.get("heartbeat"):
+            assert et >= newest[host], (
+                f"{host}'s heartbeat at {et} arrived before its record at {newest[host]}"
+            )
+            if et < s.end_ms:
+                ticks[host].append(et)
+        newest[host] = max(newest[host], et)
+    every = list(range(s.start_ms, s.end_ms, 10_000))
+    assert all(ticks[h] == every for h in s.host_names if h not in lagging)
+    for host in lagging:  # a host in its outage claims nothing
+        assert ticks[host] == [t for t in every if not outage[0] <= t < outage[1]]
+    assert truth.heartbeats == sum(len(t) for t in ticks.values()) + s.hosts  # and the final ones
