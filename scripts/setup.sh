@@ -101,7 +101,10 @@ if ! ls .cache/kafka/libs/kafka_2.13-*.jar >/dev/null 2>&1; then
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$PWD/.cache/kafka/libs" >/dev/null
 fi
-if [ "$S3" = 1 ] && ! ls .cache/jars/s3/bundle-*.jar >/dev/null 2>&1; then
+s3_jars_cached() {
+  ls .cache/jars/s3/hadoop-aws-*.jar .cache/jars/s3/bundle-*.jar .cache/jars/s3/analyticsaccelerator-s3-*.jar
+}
+if [ "$S3" = 1 ] && ! s3_jars_cached >/dev/null 2>&1; then
   command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the S3 jars once (apt-get install maven)"
   say "fetching hadoop-aws and the AWS SDK bundle (640 MB) into .cache/jars/s3"
   mvn -q -B -f scripts/s3/pom.xml \
