@@ -25,6 +25,7 @@ Delta's commit protocol needs put-if-absent. delta-rs (1.x) gets it from S3's co
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -245,9 +246,18 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 
 
 def _s3_filesystem(storage: Settings, **extra: object) -> pafs.S3FileSystem:
+    """The S3 filesystem of ``storage`` with the current credentials, one per distinct settings
+    (a heartbeat every few seconds need not build a client each time)."""
+    return _cached_s3(storage, tuple(sorted(credentials(storage).items())), tuple(sorted(extra.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_s3(
+    storage: Settings, creds_items: tuple[tuple[str, str], ...], extra: tuple[tuple[str, object], ...]
+) -> pafs.S3FileSystem:
     import pyarrow.fs as pafs
 
-    creds = credentials(storage)
+    creds = dict(creds_items)
     url = endpoint(storage, creds)
     kwargs: dict[str, object] = {"region": storage.region, "force_virtual_addressing": not storage.path_style}
     if url:
@@ -256,7 +266,7 @@ def _s3_filesystem(storage: Settings, **extra: object) -> pafs.S3FileSystem:
         kwargs.update(access_key=creds["access_key"], secret_key=creds.get("secret_key"))
         if "session_token" in creds:
             kwargs["session_token"] = creds["session_token"]
-    return pafs.S3FileSystem(**kwargs, **extra)
+    return pafs.S3FileSystem(**kwargs, **dict(extra))
 
 
 # -- plain files ----------------------------------------------------------------------------------
