@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -39,7 +40,6 @@ from benchlib import (  # noqa: E402
     run_baseline,
     write_results,
 )
-from conftest import KafkaBroker  # noqa: E402
 from helpers import write_config  # noqa: E402
 
 from tidemark.generator import Scenario  # noqa: E402
@@ -49,6 +49,22 @@ from tidemark.stream import start_stream  # noqa: E402
 from tidemark.tables import read_local, table_exists  # noqa: E402
 
 SYSTEMS = ("baseline", "exactly_once", "at_least_once")
+
+
+def _tests_conftest():
+    """tests/conftest.py (the project's broker), loaded by path: under pytest a module named
+    ``conftest`` is already some other directory's (bench/report.py imports this file there)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tidemark_tests_conftest", ROOT / "tests" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from conftest import KafkaBroker
 
 
 def kafka_config(root: Path, name: str, broker: KafkaBroker, topic: str, per_trigger: int, **extra):
@@ -230,7 +246,7 @@ def main() -> None:
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     print(f"machine: {machine_line()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
-    broker = KafkaBroker(root / "kafka")
+    broker = _tests_conftest().KafkaBroker(root / "kafka")
     broker.start()
     try:
         scenario = Scenario(

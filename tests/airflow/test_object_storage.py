@@ -87,11 +87,9 @@ def cli(*args: str, timeout: float = JOB_TIMEOUT_S, env: dict | None = None) -> 
     )
 
 
-@pytest.fixture(scope="module")
-def pipeline(s3, tmp_path_factory):
+def run_pipeline(s3, root: Path):
     """A small scenario generated locally (the oracle's copy), uploaded to s3a://tidemark-test/crash,
     streamed with a SIGKILL at each of KILL_POINTS, then to the end."""
-    root = tmp_path_factory.mktemp("s3-pipeline")
     location = "s3a://tidemark-test/crash"
     config = write_config(
         root,
@@ -134,7 +132,7 @@ def _arrivals(landing: str) -> dict[str, int]:
     return {i.base_name: int(i.mtime.timestamp() * 1000) for i in infos if i.type == pafs.FileType.File}
 
 
-def test_every_location_is_on_s3_and_nothing_local_was_written(pipeline):
+def check_every_location_is_on_s3(pipeline) -> None:
     _path, config, _truth, _local, _arrivals, _log = pipeline
     assert all(storage.is_object_store(x) for x in storage.config_locations(config))
     written = storage.list_files(config.tables_root)
@@ -146,7 +144,7 @@ def test_every_location_is_on_s3_and_nothing_local_was_written(pipeline):
     assert "_tidemark.json" in written and "_tidemark.json" in checkpoint  # the run identity, on S3
 
 
-def test_the_stream_maintains_its_own_tables_between_batches(pipeline):
+def check_the_stream_maintains_its_own_tables(pipeline) -> None:
     path, config, _truth, _local, _arrivals, log = pipeline
     assert config.maintained_in_stream  # by default, for a warehouse on object storage
     assert "maintenance due (* * * * *): running between two batches" in log
@@ -163,7 +161,7 @@ def test_the_stream_maintains_its_own_tables_between_batches(pipeline):
     assert done.returncode != 0 and "maintains the tables itself" in done.stderr, done.stderr[-2000:]
 
 
-def test_kills_on_s3_lose_and_duplicate_nothing(pipeline):
+def check_exactly_once(pipeline) -> None:
     _path, config, truth, local, arrivals, _log = pipeline
     oracle = oracle_good_records(local, arrivals)
     events = T.read_local(config.table_path("events"))
@@ -197,7 +195,7 @@ def _ms(value) -> int:
     return int(value.timestamp() * 1000) if hasattr(value, "timestamp") else int(value)
 
 
-def test_reconcile_and_quality_read_s3(pipeline):
+def check_reconcile_and_quality(pipeline) -> None:
     path, _config, _truth, _local, _arrivals, _log = pipeline
     done = cli("reconcile", "--config", str(path), "--json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -211,7 +209,7 @@ def test_reconcile_and_quality_read_s3(pipeline):
     assert outcome["success"] is True
 
 
-def test_watermark_sensor_and_trigger_read_s3(pipeline):
+def check_watermark_sensor_and_trigger(pipeline) -> None:
     from tidemark_airflow.sensors import WatermarkSensor
     from tidemark_airflow.triggers import WatermarkTrigger, committed_watermark
 
@@ -235,6 +233,17 @@ def test_watermark_sensor_and_trigger_read_s3(pipeline):
     assert event.payload["status"] == "passed" and event.payload["watermark_ms"] == watermark
     with pytest.raises(TimeoutError):
         asyncio.run(asyncio.wait_for(first_event(watermark + 60_000), 3))
+
+
+def test_stream_kills_maintenance_reconcile_quality_and_sensor_on_s3(s3, tmp_path):
+    # One test, not one per step: under pytest-xdist a worker whose queue runs dry tears the
+    # module's fixtures down, and the stream runs would then be repeated for the next step.
+    pipeline = run_pipeline(s3, tmp_path)
+    check_every_location_is_on_s3(pipeline)
+    check_exactly_once(pipeline)
+    check_the_stream_maintains_its_own_tables(pipeline)
+    check_reconcile_and_quality(pipeline)
+    check_watermark_sensor_and_trigger(pipeline)
 
 
 def test_demo_runs_with_every_location_on_s3(s3, tmp_path):
