@@ -174,6 +174,15 @@ def recovery_seconds(root: Path, broker: KafkaBroker, topic: str, per_trigger: i
 GOALS = {"exactly_once": 0.9, "at_least_once": 1.1}  # issue 22: x the plain Spark Kafka job
 
 
+def _median_table(runs: dict, systems: list[str], field: str, label: str, scale: float = 1) -> str:
+    """One row per name found in the runs' ``field`` dicts: its median over the rounds, per system."""
+    names = sorted({k for s in systems for r in runs[s] for k in r[field]})
+    rows = [
+        [n, *(f"{median([r[field].get(n, 0) for r in runs[s]]) / scale:.2f}" for s in systems)] for n in names
+    ]
+    return md_table([label, *systems], rows)
+
+
 def render(data: dict) -> str:
     """The tables of one results file (also what ``bench/report.py`` puts in the docs): medians
     with their spread graded against the goals, Spark's ``durationMs`` and Tidemark's phases."""
@@ -205,26 +214,12 @@ def render(data: dict) -> str:
         f"system; medians of {len(next(iter(runs.values())))} rounds, the order rotated every round:",
         md_table(headers, rows),
     ]
-    names = sorted({k for s in systems for r in runs[s] for k in r["spark_ms"]})
     parts.append("Spark `durationMs`, summed over the data batches (median over rounds, s):")
-    parts.append(
-        md_table(
-            ["durationMs", *systems],
-            [[n, *(f"{median([r['spark_ms'].get(n, 0) for r in runs[s]]) / 1000:.2f}" for s in systems)]
-             for n in names],
-        )
-    )  # fmt: skip
+    parts.append(_median_table(runs, systems, "spark_ms", "durationMs", scale=1000))
     tidemark = [s for s in systems if s != "baseline"]
-    phases = sorted({k for s in tidemark for r in runs[s] for k in r["phases_s"]})
-    if phases:
+    if any(r["phases_s"] for s in tidemark for r in runs[s]):
         parts.append("Tidemark's phases, summed over the batches (median over rounds, s):")
-        parts.append(
-            md_table(
-                ["phase", *tidemark],
-                [[n, *(f"{median([r['phases_s'].get(n, 0) for r in runs[s]]):.2f}" for s in tidemark)]
-                 for n in phases],
-            )
-        )  # fmt: skip
+        parts.append(_median_table(runs, tidemark, "phases_s", "phase"))
     if data.get("recovery_s") is not None:
         parts.append(
             f"Recovery after SIGKILL (restart to the first committed batch, exactly_once): "

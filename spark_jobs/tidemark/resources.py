@@ -73,3 +73,10 @@ def dist_dir() -> Path:
         return Path(env)
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "tidemark" / "dist"
+
+
+def find_jars(folder: Path, prefixes: tuple[str, ...]) -> tuple[list[Path], list[str]]:
+    """(the jars in ``folder`` whose names start with one of ``prefixes``, the prefixes none has)."""
+    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    missing = [p for p in prefixes if not any(j.name.startswith(p) for j in found)]
+    return [j for j in found if j.name.startswith(prefixes)], missing

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.resources import SetupError, jars_dir
+from tidemark.resources import SetupError, find_jars, jars_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,15 +35,14 @@ def cached_jars(
 ) -> list[Path]:
     """The cached jars for ``prefixes``; a one-line SetupError names any that are missing."""
     folder = jars_dir()
-    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
-    missing = [p for p in prefixes if not any(j.name.startswith(p) for j in found)]
+    jars, missing = find_jars(folder, prefixes)
     if missing:
         raise SetupError(
             f"jar cache {folder} lacks {', '.join(p.rstrip('_-') for p in missing)}: "
             "run `make setup` (scripts/setup.sh) once with network access, or set TIDEMARK_JARS_DIR to a "
             "jar cache it made"
         )
-    return [j for j in found if j.name.startswith(prefixes)]
+    return jars
 
 
 # HotSpot does not JIT-compile a method over 8,000 bytes of bytecode; a whole-stage-codegen stage

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from tidemark.resources import SetupError, jars_dir
+from tidemark.resources import SetupError, find_jars, jars_dir
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -226,14 +226,13 @@ def spark_jars(config: PipelineConfig) -> list[Path]:
     if not uses_object_store(config):
         return []
     folder = jars_dir() / "s3"
-    found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
-    missing = [p for p in S3_JARS if not any(j.name.startswith(p) for j in found)]
+    jars, missing = find_jars(folder, S3_JARS)
     if missing:
         raise SetupError(
             f"s3a:// locations need {', '.join(p.rstrip('-') for p in missing)} in {folder}: run "
             "`scripts/setup.sh --s3` once with network access"
         )
-    return [j for j in found if j.name.startswith(S3_JARS)]
+    return jars
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
