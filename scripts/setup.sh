@@ -8,6 +8,14 @@ cd "$(dirname "$0")/.."
 
 die() { echo "setup: error: $*" >&2; exit 1; }
 say() { echo "setup: $*"; }
+# mvn_fetch POM DIR [ARGS...]: copy POM's dependencies into DIR once; on failure show Maven's errors
+# (-q prints only those) and stop with one line naming the POM.
+mvn_fetch() {
+  local pom=$1 dir=$2; shift 2
+  command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the jars of $pom once (apt-get install maven)"
+  mvn -q -B -f "$pom" org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+    -DoutputDirectory="$dir" "$@" >&2 || die "Maven could not fetch the jars of $pom (its errors are above)"
+}
 
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; Tidemark needs Python 3.11 (set PYTHON=/path/to/python3.11)"
@@ -88,28 +96,19 @@ ln -sfn "$PWD/.cache/jars" .venv/share/tidemark/jars
 # The record parser's JVM fast path (spark_jobs/jvm), compiled against the installed pyspark.
 scripts/build_udf.sh .venv/bin/python .cache/jars
 if ! .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; cached_jars()' 2>/dev/null; then
-  command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the Delta and Kafka jars once (apt-get install maven)"
   say "fetching JVM jars into .cache/jars"
-  mvn -q -B -f scripts/jars/pom.xml \
-    org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
-    -DoutputDirectory="$PWD/.cache/jars" >/dev/null
+  mvn_fetch scripts/jars/pom.xml "$PWD/.cache/jars"
 fi
 if ! ls .cache/kafka/libs/kafka_2.13-*.jar >/dev/null 2>&1; then
-  command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the Kafka broker once (apt-get install maven)"
   say "fetching the Kafka broker (KRaft) into .cache/kafka/libs"
-  mvn -q -B -f scripts/kafka/pom.xml \
-    org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$PWD/.cache/kafka/libs" >/dev/null
+  mvn_fetch scripts/kafka/pom.xml "$PWD/.cache/kafka/libs" -DincludeScope=runtime
 fi
 s3_jars_cached() {
   ls .cache/jars/s3/hadoop-aws-*.jar .cache/jars/s3/bundle-*.jar .cache/jars/s3/analyticsaccelerator-s3-*.jar
 }
 if [ "$S3" = 1 ] && ! s3_jars_cached >/dev/null 2>&1; then
-  command -v mvn >/dev/null 2>&1 || die "mvn not found; it fetches the S3 jars once (apt-get install maven)"
   say "fetching hadoop-aws and the AWS SDK bundle (640 MB) into .cache/jars/s3"
-  mvn -q -B -f scripts/s3/pom.xml \
-    org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
-    -DoutputDirectory="$PWD/.cache/jars/s3" >/dev/null
+  mvn_fetch scripts/s3/pom.xml "$PWD/.cache/jars/s3"
 fi
 if [ "$TEST_TOOLS" = 1 ]; then
   scripts/s3.sh install
