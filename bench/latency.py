@@ -45,6 +45,7 @@ from benchlib import (
     write_results,
 )
 
+from tidemark import revisions
 from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.generator import generate_live
@@ -206,11 +207,16 @@ def main() -> None:
         ends, commits = np.array([]), np.array([])
         tidemark_events: dict[int, int] = {}
         if T.table_exists(config.table_path(S.WINDOWS)):
-            windows = T.read_local(config.table_path(S.WINDOWS))
-            end, commit = T.epoch_ms(windows["window_end"]), T.epoch_ms(windows["committed_at"])
-            per = windows.assign(end=end, commit=commit).groupby("end")["commit"].max()
+            windows = revisions.normalized(T.read_local(config.table_path(S.WINDOWS)))
+            # the first result (revision 0 of the keys with on-time records) is the commit a
+            # reader waits for; revisions folding late records in come later by design
+            first = windows[(windows["revision"] == 0) & (windows["late_events"] == 0)]
+            end, commit = T.epoch_ms(first["window_end"]), T.epoch_ms(first["committed_at"])
+            per = first.assign(end=end, commit=commit).groupby("end")["commit"].max()
             ends, commits = per.index.to_numpy(), per.to_numpy()
-            tidemark_events = windows.assign(end=end).groupby("end")["events"].sum().to_dict()
+            newest = revisions.latest(windows)
+            newest_end = T.epoch_ms(newest["window_end"])
+            tidemark_events = newest.assign(end=newest_end).groupby("end")["events"].sum().to_dict()
         rows.append(latency_row(label, "Tidemark, precise 0.999", ends, commits, s.minutes))
         for delay in delays:
             ends, commits = np.array([]), np.array([])

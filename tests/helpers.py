@@ -107,30 +107,60 @@ def oracle_window_counts(
     return counts
 
 
-def stream_window_counts(spark, config: PipelineConfig) -> tuple[Counter, Counter, int]:
-    """(windows + late per (window_ms, key), late per (window_ms, key), duplicate window rows)."""
+def _window_rows(spark, config: PipelineConfig) -> tuple[dict, Counter, Counter, int]:
+    """(latest revision per (window_ms, key) as (events, late folded in), all late records and
+    those not folded in per (window_ms, key), (window, key, revision) rows written twice)."""
     from pyspark.sql import functions as F
 
     windows = spark.read.format("delta").load(config.table_path("windows"))
-    rows = windows.select(F.unix_millis("window_start").alias("w"), "key", "events").collect()
-    combined: Counter = Counter()
-    seen: Counter = Counter()
+    cols = set(windows.columns)
+    rows = windows.select(
+        F.unix_millis("window_start").alias("w"),
+        "key",
+        "events",
+        (F.col("revision") if "revision" in cols else F.lit(0)).alias("revision"),
+        (F.col("late_events") if "late_events" in cols else F.lit(0)).alias("late_events"),
+    ).collect()
+    newest: dict = {}
+    revisions: Counter = Counter()
     for r in rows:
-        combined[(r["w"], r["key"])] += r["events"]
-        seen[(r["w"], r["key"])] += 1
-    late: Counter = Counter()
+        k = (r["w"], r["key"])
+        revisions[(k, r["revision"])] += 1
+        if k not in newest or r["revision"] > newest[k][0]:
+            newest[k] = (r["revision"], r["events"], r["late_events"])
+    late_all: Counter = Counter()
+    beyond: Counter = Counter()
     late_path = Path(config.table_path("late_events"))
     if (late_path / "_delta_log").is_dir():
-        for r in (
-            spark.read.format("delta")
-            .load(str(late_path))
-            .select(F.unix_millis("window_start").alias("w"), "key")
-            .collect()
-        ):
-            late[(r["w"], r["key"])] += 1
-            combined[(r["w"], r["key"])] += 1
-    duplicates = sum(n - 1 for n in seen.values() if n > 1)
-    return combined, late, duplicates
+        late = spark.read.format("delta").load(str(late_path))
+        folded = F.col("folded") if "folded" in late.columns else F.lit(False)
+        for r in late.select(
+            F.unix_millis("window_start").alias("w"), "key", folded.alias("folded")
+        ).collect():
+            late_all[(r["w"], r["key"])] += 1
+            if not r["folded"]:
+                beyond[(r["w"], r["key"])] += 1
+    duplicates = sum(n - 1 for n in revisions.values() if n > 1)
+    return {k: (v[1], v[2]) for k, v in newest.items()}, late_all, beyond, duplicates
+
+
+def stream_window_counts(spark, config: PipelineConfig) -> tuple[Counter, Counter, int]:
+    """(the latest revision of each window + the late records not folded into it, per
+    (window_ms, key); all late records per (window_ms, key); (window, key, revision) rows written
+    more than once)."""
+    newest, late_all, beyond, duplicates = _window_rows(spark, config)
+    combined: Counter = Counter({k: v[0] for k, v in newest.items()})
+    combined.update(beyond)
+    return +combined, late_all, duplicates
+
+
+def ontime_window_counts(spark, config: PipelineConfig) -> Counter:
+    """The on-time result of each window (its events less the late records folded in, what
+    revision 0 held) + every late record, per (window_ms, key)."""
+    newest, late_all, _, _ = _window_rows(spark, config)
+    combined: Counter = Counter({k: v[0] - v[1] for k, v in newest.items()})
+    combined.update(late_all)
+    return +combined
 
 
 def closed_only(counts: Counter, watermark_ms: int, window_ms: int = 60_000) -> Counter:
@@ -151,8 +181,11 @@ def assert_exactly_once(spark, config: PipelineConfig, truth) -> None:
     assert events.count() == len(oracle) == truth.unique_events, "events lost or duplicated"
     assert events.select("event_id").distinct().count() == events.count()
     combined, _late, duplicate_rows = stream_window_counts(spark, config)
-    assert duplicate_rows == 0, "a window row was written twice"
-    assert combined == oracle_window_counts(landing), "windows + late differ from the oracle"
+    assert duplicate_rows == 0, "a window revision was written twice"
+    oracle_counts = oracle_window_counts(landing)
+    assert combined == oracle_counts, "latest window revisions + late beyond lateness differ from the oracle"
+    assert ontime_window_counts(spark, config) == oracle_counts, "on-time windows + every late record differ"
+    assert_revisions_well_formed(spark, config)
     if (Path(config.table_path("late_events")) / "_delta_log").is_dir():  # no late records: no table
         late_rows = table("late_events")
         assert late_rows.select("event_id").distinct().count() == late_rows.count()
@@ -166,6 +199,29 @@ def assert_exactly_once(spark, config: PipelineConfig, truth) -> None:
     for before, after in itertools.pairwise(full):
         assert after["previous_ms"] == before["watermark_ms"], f"batch {after['batch_id']} did not resume"
     assert table("windows").where(F.col("window_end") > F.col("low_watermark")).count() == 0
+
+
+def assert_revisions_well_formed(spark, config: PipelineConfig) -> None:
+    """Per (window, key): revisions 0, 1, 2, ... each once, accumulating, at most one final; a
+    revision after the first comes from a later batch; revision 0 of a window with on-time
+    records is written by the batch whose watermark closed it."""
+    rows = (
+        spark.read.format("delta")
+        .load(config.table_path("windows"))
+        .selectExpr("unix_millis(window_start) AS w", "key", "revision", "is_final", "events", "batch_id")
+        .collect()
+    )
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["w"], r["key"]), []).append(r)
+    for key, group in groups.items():
+        group.sort(key=lambda r: r["revision"])
+        assert [r["revision"] for r in group] == list(range(len(group))), f"revisions of {key}"
+        assert sum(bool(r["is_final"]) for r in group) <= 1, f"more than one final row for {key}"
+        assert all(
+            a["events"] <= b["events"] and a["batch_id"] < b["batch_id"] for a, b in itertools.pairwise(group)
+        )
+        assert all(not r["is_final"] for r in group[:-1]), f"a revision after the final one for {key}"
 
 
 def kafka_pipeline(root: Path, kafka, topic: str, name: str = "kfk"):

@@ -48,7 +48,9 @@ def interval_summary(config: PipelineConfig, start_ms: int, end_ms: int, worst: 
     lines = [
         f"{config.pipeline} {format_instant_ms(start_ms)} .. {format_instant_ms(end_ms)}: "
         f"{summary.closed} closed windows, {summary.aligned} aligned at {target}, "
-        f"{summary.open} open, unexplained {summary.unexplained}"
+        f"{summary.open} open, unexplained {summary.unexplained}; worst alignment final "
+        f"{summary.worst_alignment}, on-time {summary.worst_ontime_alignment} "
+        f"({summary.late_folded:,} late records folded into revisions)"
     ]
     closed = frame[frame["status"] == "closed"]
     for _, row in closed.sort_values("alignment").head(worst).iterrows():
@@ -70,6 +72,8 @@ def interval_summary(config: PipelineConfig, start_ms: int, end_ms: int, worst: 
         "unexplained": summary.unexplained,
         "aligned_share": summary.share_aligned,
         "worst_alignment": summary.worst_alignment,
+        "worst_ontime_alignment": summary.worst_ontime_alignment,
+        "late_folded": summary.late_folded,
         "reconciled_at_ms": int(reconciled_at.timestamp() * 1000) if not pd.isna(reconciled_at) else 0,
         "text": "\n".join(lines),
     }

@@ -5,8 +5,12 @@ previous batch committed (:class:`PipelineState`)::
 
     count per host ─ advance the watermark ─ close windows ─ write outputs ─ track stalls ─ commit
     (one Spark job)  (tidemark.watermark)    (tidemark.   (events, late,  (stalls)       (state, then
-                                              windows)     quarantine,                   the watermark
-                                                           windows)                      row, last)
+                                              windows,     quarantine,                   the watermark
+                                              revisions)   windows)                      row, last)
+
+Closing a window writes its revision 0; late records of a closed window that is not final yet
+(``window.allowed_lateness``) revise it, and the watermark passing end + allowed lateness writes
+its final revision (:mod:`tidemark.revisions`).
 
 Why a replay writes nothing twice: every Delta write of batch N carries (run identity, N) as
 ``txnAppId``/``txnVersion`` (:class:`tidemark.tables.TableWriter`), the state a batch starts from
@@ -39,6 +43,7 @@ from tidemark.hosts import ExpectedHosts
 from tidemark.identity import RunIdentity
 from tidemark.progress import Advanced, HostProgress
 from tidemark.records import EVENT_FIELDS
+from tidemark.revisions import Folded, empty_revisable, fold
 from tidemark.sources import is_event_col
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
 from tidemark.watermark import (
@@ -80,6 +85,9 @@ class PipelineState:
     stages: str | None = None  # WatermarkServer state (JSON)
     progress: HostProgress = field(default_factory=HostProgress.empty)
     open_windows: pd.DataFrame = field(default_factory=_empty_open)
+    # closed windows a late record may still revise, and the state table version holding them
+    revisable: pd.DataFrame = field(default_factory=empty_revisable)
+    revisable_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,8 @@ class BatchSummary:
     events: int = 0
     heartbeats: int = 0
     late: int = 0
+    late_folded: int = 0  # of the late records, those folded into window revisions
+    revisions: int = 0  # window rows written with revision >= 1
     quarantined: int = 0
     watermark: int | None = None
     previous: int | None = None
@@ -119,7 +129,9 @@ class BatchSummary:
             else ""
         )
         return (
-            f"batch {self.batch_id}: {self.events:,} events, {self.late:,} late, "
+            f"batch {self.batch_id}: {self.events:,} events, {self.late:,} late"
+            + (f" ({self.late_folded:,} folded into {self.revisions:,} revisions)" if self.revisions else "")
+            + ", "
             f"{self.quarantined:,} quarantined, {self.retries_dropped:,} retries dropped"
             + (f", {self.out_of_order:,} out of order" if self.out_of_order else "")
             + " "
@@ -189,12 +201,14 @@ class _Advance:
 
 @dataclass(frozen=True)
 class _Closing:
-    """Step 3: the batch's late events, the windows that close and those that stay open."""
+    """Step 3: the batch's late events, the windows that close, those that stay open, and the
+    window rows to write (closed now, revised, made final)."""
 
     late: int
     closing: pd.DataFrame
     remaining: pd.DataFrame
     server: WatermarkServer
+    folded: Folded
 
     @property
     def global_lw(self) -> int | None:
@@ -214,7 +228,7 @@ class BatchProcessor:
         self.writer = T.TableWriter(config, identity)
         self.echo = echo
         self.hosts = ExpectedHosts(config.watermark.hosts_file)
-        self.windows = TumblingWindows(config.window)
+        self.windows = TumblingWindows(config.window, config.allowed_lateness)
         self._state: PipelineState | None = None
         # The newest batches' summaries (a job runs for weeks: bounded), and how many ran.
         self.summaries: deque[BatchSummary] = deque(maxlen=SUMMARIES_KEPT)
@@ -239,6 +253,12 @@ class BatchProcessor:
         open_windows = T.read_local(self.writer.path(S.OPEN_WINDOWS), int(marker["open_version"])).astype(
             {"window_start_ms": "int64", "events": "int64", "value_sum": "float64"}
         )
+        revisable_version = _optional_int(marker.get("revisable_version"))
+        revisable = (
+            empty_revisable()
+            if revisable_version is None
+            else T.read_local(self.writer.path(S.REVISABLE_WINDOWS), revisable_version)
+        )
         return PipelineState(
             batch_id=int(marker["batch_id"]),
             watermark=_optional_int(marker["watermark_ms"]),
@@ -248,6 +268,10 @@ class BatchProcessor:
             stages=marker["stages"],
             progress=progress,
             open_windows=open_windows[S.OPEN_COLUMNS],
+            revisable=revisable[S.REVISABLE_SCHEMA.names].astype(
+                {"window_start_ms": "int64", "events": "int64", "value_sum": "float64", "revision": "int64"}
+            ),
+            revisable_version=revisable_version,
         )
 
     def state_before(self, batch_id: int) -> tuple[PipelineState, bool]:
@@ -344,7 +368,7 @@ class BatchProcessor:
         phases.lap("aggregate_windows")
         self._write_outputs(inp, good, counts, closing, state.watermark, phases)
         stall = self._track_stalls(state, advance, counts.batch_ts_ms, inp.batch_id)
-        return self._commit(inp, counts, advance, closing, stall, state.watermark, phases)
+        return self._commit(inp, counts, advance, closing, stall, state, phases)
 
     def _count_per_host(self, inp: _Input) -> _Counts:
         """Step 1, one Spark job: per host, the batch's counts and progress.
@@ -417,23 +441,27 @@ class BatchProcessor:
         has passed close. The batch's sums cover every window and the late ones (closed before
         the batch, by the previous watermark) are taken out here, on the driver: the Spark
         stage holds no per-batch value (see tidemark.stream.build_stream)."""
-        batch_partials, late = _empty_open(), 0
+        batch_partials, late_partials, late = _empty_open(), _empty_open(), 0
         if counts.events:
             partials = T.to_pandas(aggregate_windows(good, self.config.window)).astype(
                 {"window_start_ms": "int64", "events": "int64"}
             )
             is_late = self.windows.is_closed(partials["window_start_ms"], state.watermark)
             late = int(partials.loc[is_late, "events"].sum())
+            late_partials = partials[is_late].reset_index(drop=True)
             batch_partials = partials[~is_late].reset_index(drop=True)
         open_windows = _sum_partials(state.open_windows, batch_partials)
         closes = self.windows.is_closed(open_windows["window_start_ms"], watermark)
         remaining = open_windows[~closes]
+        folded = fold(
+            state.revisable, late_partials, open_windows[closes], self.windows, state.watermark, watermark
+        )
         # The watermark server: source -> window operator (held by its oldest open window) ->
         # sink. Every row committed in the batch carries the resulting global low watermark.
         server = WatermarkServer.from_json(PIPELINE_STAGES, state.stages)
         oldest_open = int(remaining["window_start_ms"].min()) if len(remaining) else None
         server.update(watermark, {"window": oldest_open})
-        return _Closing(late, open_windows[closes], remaining, server)
+        return _Closing(late, open_windows[closes], remaining, server, folded)
 
     def _write_outputs(
         self,
@@ -456,11 +484,12 @@ class BatchProcessor:
         if counts.events:
             self._write_events(good, counts.events, inp.batch_id, previous, closing.late, closing.global_lw)
             phases.lap("write_events")
-        if len(closing.closing):
+        if closing.folded.changed:
             table = _closed_windows_table(
-                closing.closing, self.config.window, inp.batch_id, closing.global_lw
+                closing.folded.rows, self.config.window, inp.batch_id, closing.global_lw
             )
-            self.writer.write_local(table, S.WINDOWS, inp.batch_id)
+            # merge_schema: a windows table written before revisions existed gains their columns
+            self.writer.write_local(table, S.WINDOWS, inp.batch_id, merge_schema=True)
             phases.lap("write_windows")
         if inp.out_of_order is not None and len(inp.out_of_order):
             rows = inp.out_of_order.assign(batch_id=inp.batch_id, ingest_ts=inp.batch_ts_ms)
@@ -488,7 +517,7 @@ class BatchProcessor:
         advance: _Advance,
         closing: _Closing,
         stall: tuple[int | None, tuple[str, ...]],
-        previous: int | None,
+        state: PipelineState,
         phases: Phases,
     ) -> tuple[BatchSummary, PipelineState]:
         """Step 6: the state for the next batch, then the watermark row that marks the batch
@@ -497,8 +526,9 @@ class BatchProcessor:
         progress = self._write_progress(advance.hosts, inp.batch_id)
         open_table = pa.Table.from_pandas(remaining, schema=S.OPEN_SCHEMA, preserve_index=False)
         open_version = self.writer.write_local(open_table, S.OPEN_WINDOWS, inp.batch_id, mode="overwrite")
+        revisable, revisable_version = self._write_revisable(closing.folded, state, inp.batch_id)
         phases.lap("write_state")
-        summary = _summary(inp, counts, advance, closing, previous)
+        summary = _summary(inp, counts, advance, closing, state.watermark)
         stages = closing.server.to_json()
         self._write_marker(
             summary,
@@ -510,6 +540,9 @@ class BatchProcessor:
                 "stall_hosts": json.dumps(list(stall[1])),
                 "hosts_version": progress.version,
                 "open_version": open_version,
+                "revisable_version": revisable_version,
+                "late_folded": summary.late_folded,
+                "revisions": summary.revisions,
                 "global_lw_ms": closing.global_lw,
                 "stages": stages,
                 "source_progress": inp.source_progress,
@@ -525,6 +558,8 @@ class BatchProcessor:
             stages=stages,
             progress=progress,
             open_windows=remaining,
+            revisable=revisable,
+            revisable_version=revisable_version,
         )
         return summary, new_state
 
@@ -541,14 +576,29 @@ class BatchProcessor:
             state.version = self.writer.write_local(hosts.rows, S.HOST_PROGRESS, batch_id, mode=mode)
         return state
 
-    def _write_rows(self, frame: DataFrame, count: int, table: str, batch_id: int) -> None:
+    def _write_revisable(
+        self, folded: Folded, state: PipelineState, batch_id: int
+    ) -> tuple[pd.DataFrame, int | None]:
+        """Store the closed windows that may still be revised (overwrite), when the batch changed
+        them; (them, the table version that holds them: the previous one when unchanged, None
+        while there have never been any, as with allowed_lateness 0)."""
+        if not folded.changed or (folded.revisable.empty and state.revisable.empty):
+            return state.revisable, state.revisable_version
+        table = pa.Table.from_pandas(folded.revisable, schema=S.REVISABLE_SCHEMA, preserve_index=False)
+        version = self.writer.write_local(table, S.REVISABLE_WINDOWS, batch_id, mode="overwrite")
+        return folded.revisable, version
+
+    def _write_rows(
+        self, frame: DataFrame, count: int, table: str, batch_id: int, merge_schema: bool = False
+    ) -> None:
         """Write ``count`` rows: few are collected and written by delta-rs (no Spark job per
         commit), many by Spark. Both commit under the same (run, batch) app transaction, so
         either way a replay writes them once, and both write the column types Spark would."""
         if count > COLLECT_MAX_ROWS:
-            self.writer.write(frame, table, batch_id)
+            options = {"mergeSchema": "true"} if merge_schema else None
+            self.writer.write(frame, table, batch_id, options=options)
             return
-        self.writer.write_local(_collect(frame), table, batch_id)
+        self.writer.write_local(_collect(frame), table, batch_id, merge_schema=merge_schema)
 
     def _write_events(
         self,
@@ -577,6 +627,8 @@ class BatchProcessor:
             F.timestamp_millis(F.lit(low_watermark).cast("long")).alias("low_watermark"),
             (window_start + F.expr(f"INTERVAL {size} MILLISECONDS")).alias("window_end"),
             F.timestamp_millis(F.lit(prev_wm).cast("long")).alias("watermark_at_arrival"),
+            # A late record of a window not final before the batch revises it (tidemark.revisions).
+            (~self.windows.is_final(start_ms, prev_wm)).alias("folded"),
         )
         has_late = prev_wm is not None and late_count > 0
         if n_events <= COLLECT_MAX_ROWS:
@@ -584,12 +636,13 @@ class BatchProcessor:
             self.writer.write_local(local.select(S.EVENT_COLUMNS), S.EVENTS, batch_id)
             if has_late:
                 late = local.filter(local["is_late"]).select(S.LATE_COLUMNS)
-                self.writer.write_local(late, S.LATE_EVENTS, batch_id)
+                # merge_schema: a late_events table from before revisions gains ``folded``
+                self.writer.write_local(late, S.LATE_EVENTS, batch_id, merge_schema=True)
             return
         self.writer.write(rows.select(*S.EVENT_COLUMNS), S.EVENTS, batch_id)
         if has_late:
             late_rows = rows.where("is_late").select(*S.LATE_COLUMNS)
-            self._write_rows(late_rows, late_count, S.LATE_EVENTS, batch_id)
+            self._write_rows(late_rows, late_count, S.LATE_EVENTS, batch_id, merge_schema=True)
 
     def _write_stall(
         self, batch_id: int, since: int, until: int | None, watermark: int | None, hosts: tuple[str, ...]
@@ -650,6 +703,8 @@ def _summary(
         events=counts.events,
         heartbeats=counts.heartbeats,
         late=closing.late,
+        late_folded=closing.folded.folded_events,
+        revisions=closing.folded.revisions,
         quarantined=counts.quarantined,
         watermark=advance.watermark,
         previous=previous,
@@ -683,7 +738,9 @@ def _collect(frame: DataFrame) -> pa.Table:
     return rows.cast(pa.schema([f.with_nullable(True) for f in rows.schema]))
 
 
-def _closed_windows_table(closing: pd.DataFrame, size: int, batch_id: int, watermark: int | None) -> pa.Table:
+def _closed_windows_table(rows: pd.DataFrame, size: int, batch_id: int, watermark: int | None) -> pa.Table:
+    """The ``windows`` rows of a batch (:data:`tidemark.revisions.REVISION_COLUMNS`)."""
+    closing = rows
     starts = closing["window_start_ms"].to_numpy(dtype="int64")
     n = len(closing)
     return pa.Table.from_arrays(
@@ -696,6 +753,9 @@ def _closed_windows_table(closing: pd.DataFrame, size: int, batch_id: int, water
             pa.array(np.full(n, batch_id, dtype="int64")),
             pa.array(np.full(n, watermark, dtype="int64")).cast(S.TS_MS),
             pa.array(np.full(n, now_ms(), dtype="int64")).cast(S.TS_MS),
+            pa.array(closing["revision"].to_numpy(dtype="int64")),
+            pa.array(closing["is_final"].to_numpy(dtype=bool)),
+            pa.array(closing["late_events"].to_numpy(dtype="int64")),
         ],
         schema=S.WINDOW_SCHEMA,
     )

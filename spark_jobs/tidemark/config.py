@@ -282,6 +282,10 @@ class PipelineConfig(_Strict):
     warehouse: str
     checkpoint: str
     window: DurationMs = Field(default=parse_duration_ms("1m"))
+    # window.allowed_lateness: a record whose window the watermark closed less than this before
+    # the record arrived revises the window (tidemark.revisions); later ones stay in late_events
+    # only. 0: a window is final when it closes (one row per window and key).
+    allowed_lateness: DurationMs = Field(default=parse_duration_ms("1h"))
     watermark: WatermarkConfig = Field(default_factory=WatermarkConfig)
     dedup_horizon: DurationMs = Field(default=parse_duration_ms("24h"))
     mode: Literal["exactly_once", "at_least_once"] = "exactly_once"
@@ -300,6 +304,35 @@ class PipelineConfig(_Strict):
     def _pipeline_name(cls, value: str) -> str:
         if not re.fullmatch(r"[a-z0-9_-]+", value):
             raise ValueError(f"{value!r} must match [a-z0-9_-]+ (it is used in table paths)")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _window_block(cls, data: Any) -> Any:
+        """``window`` is a size (``window: 1m``) or a block (``window: {size: 1m,
+        allowed_lateness: 1h}``); the block's keys become ``window`` and ``allowed_lateness``."""
+        if not isinstance(data, dict) or not isinstance(data.get("window"), dict):
+            return data
+        block = dict(data["window"])
+        unknown = sorted(set(block) - {"size", "allowed_lateness"})
+        if unknown:
+            raise ValueError(
+                f"window.{unknown[0]}: unknown key (the window block takes size, allowed_lateness)"
+            )
+        if "allowed_lateness" in data:
+            raise ValueError("allowed_lateness: give it once, in the window block")
+        out = {k: v for k, v in data.items() if k != "window"}
+        if "size" in block:
+            out["window"] = block["size"]
+        if "allowed_lateness" in block:
+            out["allowed_lateness"] = block["allowed_lateness"]
+        return out
+
+    @field_validator("allowed_lateness")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be 0 or a positive duration")
         return value
 
     @field_validator("window", "dedup_horizon", "trigger_interval")
@@ -327,7 +360,8 @@ class PipelineConfig(_Strict):
     def describe(self) -> str:
         return (
             f"pipeline={self.pipeline} source={self.source.kind} window="
-            f"{format_duration_ms(self.window)} precision={self.watermark.precision} "
+            f"{format_duration_ms(self.window)} allowed_lateness={format_duration_ms(self.allowed_lateness)} "
+            f"precision={self.watermark.precision} "
             f"mode={self.mode} dedup_horizon={format_duration_ms(self.dedup_horizon)}"
         )
 
@@ -345,13 +379,18 @@ def _format_error(source: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        # allowed_lateness is written in the window block (PipelineConfig._window_block)
+        loc = "window.allowed_lateness" if loc == "allowed_lateness" else loc
+        msg = err["msg"].removeprefix("Value error, ")
+        if loc == "(top level)" and re.match(r"^[a-z_.]+: ", msg):  # a model check naming its key
+            parts.append(msg)
+            continue
         if err["type"] == "extra_forbidden":
             parts.append(f"{loc}: unknown key")
         elif err["type"] == "missing":
             parts.append(f"{loc}: required key is missing")
         else:
-            msg = err["msg"].removeprefix("Value error, ")
-            parts.append(f"{loc}: {msg}")
+            parts.append(f"{loc}: {msg.removeprefix(loc + ': ')}")
     return f"config {source}: " + "; ".join(parts)
 
 

@@ -109,7 +109,11 @@ COMPACTED = (
     S.LANDING_INDEX,
 )
 # Overwritten by the stream and read at the versions the newest commit marker records.
-STATE_VERSION_COLUMNS = {S.HOST_PROGRESS: "hosts_version", S.OPEN_WINDOWS: "open_version"}
+STATE_VERSION_COLUMNS = {
+    S.HOST_PROGRESS: "hosts_version",
+    S.OPEN_WINDOWS: "open_version",
+    S.REVISABLE_WINDOWS: "revisable_version",
+}
 # What a reader of the log replays: commits and checkpoints (not Spark's .crc checksums).
 LOG_ENTRY = re.compile(r"^\d{20}\.(json|checkpoint\b)")
 # Tries of an OPTIMIZE or property change that lost its commit to a conflicting one.

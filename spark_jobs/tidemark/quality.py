@@ -9,11 +9,14 @@ frame built from the pipeline's Delta tables (the frames: :mod:`tidemark.quality
 raw_events      the ``events`` table: schema, required fields not null, event time within bounds,
                 ``event_id`` unique (exactly_once only)
 raw_batches     one row per micro-batch (``watermarks``): quarantine rate below a threshold
-windows         closed windows: (window_start, key) unique, counts non-negative, every window
+windows         window rows: (window_start, key, revision) unique, at most one final revision
+                per (window, key), revisions accumulate, counts non-negative, every window
                 ended at or before the watermark recorded at its commit (on its row and in its
                 batch's ``watermarks`` row), length and grid
-reconciliation  closed windows of ``reconciliation``: alignment >= ``reconcile.target``,
-                unexplained difference 0, late-event share below a threshold
+reconciliation  closed windows of ``reconciliation``: final alignment (latest revision) >=
+                ``reconcile.target``, on-time alignment reported, unexplained difference 0, a
+                final gap only from records beyond the allowed lateness, late-event share below
+                a threshold
 watermarks      per batch: never decreasing, never below the watermark the batch started from,
                 event-time lag behind the median host below a bound except during recorded stalls
 =============== ===================================================================================

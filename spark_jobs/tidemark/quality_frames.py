@@ -57,6 +57,11 @@ WINDOWS_COLUMNS = [
     "batch_watermark_ms",
     "length_ms",
     "start_offset_ms",
+    "revision",
+    "is_final",
+    "late_events",
+    "finals",
+    "events_growth",
 ]
 RECONCILIATION_COLUMNS = [
     "window_start",
@@ -68,6 +73,11 @@ RECONCILIATION_COLUMNS = [
     "alignment",
     "unexplained",
     "late_share",
+    "ontime_events",
+    "late_folded",
+    "ontime_alignment",
+    "final",
+    "final_gap_explained",
 ]
 WATERMARKS_COLUMNS = [
     "batch_id",
@@ -166,12 +176,17 @@ def windows_frame(
     start_ms: int | None = None,
     end_ms: int | None = None,
 ) -> pd.DataFrame:
-    """Committed windows starting in ``[start, end)`` with the watermark recorded for their batch
-    (``batch_watermark_ms``, NaN when the batch has no ``watermarks`` row), length and grid offset."""
+    """Committed window rows (every revision) starting in ``[start, end)`` with the watermark
+    recorded for their batch (``batch_watermark_ms``, NaN when the batch has no ``watermarks``
+    row), length and grid offset; per (window, key) how many rows are final (``finals``) and each
+    revision's growth over the one before (``events_growth``, NaN on the first)."""
     import pandas as pd
+
+    from tidemark.revisions import normalized
 
     if windows is None or windows.empty:
         return _empty(WINDOWS_COLUMNS)
+    windows = normalized(windows)
     frame = pd.DataFrame(
         {
             "window_start_ms": T.epoch_ms(windows["window_start"]),
@@ -181,6 +196,9 @@ def windows_frame(
             "value_sum": windows["value_sum"],
             "batch_id": windows["batch_id"],
             "low_watermark_ms": T.epoch_ms(windows["low_watermark"]),
+            "revision": windows["revision"],
+            "is_final": windows["is_final"],
+            "late_events": windows["late_events"],
         }
     )
     frame = frame[in_range(frame["window_start_ms"], start_ms, end_ms)]
@@ -197,7 +215,16 @@ def windows_frame(
     frame["start_offset_ms"] = frame["window_start_ms"] % window_ms
     for name in ("window_start", "window_end", "low_watermark", "batch_watermark"):
         frame[name] = _iso(frame[f"{name}_ms"])
-    return frame.sort_values(["window_start_ms", "key"])[WINDOWS_COLUMNS].reset_index(drop=True)
+    frame = frame.sort_values(["window_start_ms", "key", "revision"])
+    per_key = frame.groupby(["window_start_ms", "key"], dropna=False)
+    # distinct final revisions: a row written twice is window_key_unique's to report
+    final_revisions = frame["revision"].where(frame["is_final"].astype(bool))
+    frame["finals"] = final_revisions.groupby(
+        [frame["window_start_ms"], frame["key"]], dropna=False
+    ).transform("nunique")
+    frame["finals"] = frame["finals"].fillna(0).astype("int64")
+    frame["events_growth"] = per_key["events"].diff()
+    return frame[WINDOWS_COLUMNS].reset_index(drop=True)
 
 
 def reconciliation_frame(
@@ -212,8 +239,27 @@ def reconciliation_frame(
     frame = rows[rows["status"] == "closed"].copy()
     frame["window_start_ms"] = T.epoch_ms(frame["window_start"])
     frame = frame[in_range(frame["window_start_ms"], start_ms, end_ms)]
+    # Rows reconciled before window revisions existed: nothing folded, on-time is final.
+    for name, default in (("late_folded", 0), ("final", True)):
+        frame[name] = frame[name].fillna(default) if name in frame else default
+    frame["ontime_events"] = (
+        frame["ontime_events"].fillna(frame["stream_events"])
+        if "ontime_events" in frame
+        else frame["stream_events"]
+    )
+    frame["ontime_alignment"] = (
+        frame["ontime_alignment"].fillna(frame["alignment"])
+        if "ontime_alignment" in frame
+        else frame["alignment"]
+    )
     batch = frame["batch_events"].astype("float64")
     frame["late_share"] = np.where(batch > 0, frame["late_events"] / batch.clip(lower=1), 0.0)
+    # A final alignment below 1.0 is only ever records beyond the allowed lateness (late_events).
+    frame["final_gap_explained"] = (
+        (frame["alignment"].astype("float64") >= 1.0)
+        | (frame["late_events"] > 0)
+        | (frame["unexplained"] != 0)
+    )
     frame["window_start"] = _iso(frame["window_start_ms"])
     return frame.sort_values("window_start_ms")[RECONCILIATION_COLUMNS].reset_index(drop=True)
 

@@ -6,16 +6,27 @@ the same event time) and aggregates with the same :func:`tidemark.aggregate.aggr
 It reads only the input that can hold records of the range (:mod:`tidemark.pruning`: landing
 files by modification time and the landing index, Kafka from the range's start by timestamp), so
 its cost follows the range, not the source's retention.
-Per window (summed over keys):
+Per window (summed over keys), with the stream's side read at the **latest revision** of each
+(window, key) (:mod:`tidemark.revisions`):
 
-* ``stream_events``  what the stream committed to ``windows``;
-* ``batch_events``   what the recompute found;
-* ``late_events``    records of the window the stream kept in ``late_events``;
-* ``abs_diff``       ``sum_k |stream_k - batch_k|``;
-* ``alignment``      ``1 - abs_diff / batch_events`` (1.0 when both are empty);
-* ``aligned``        ``alignment >= target``;
-* ``unexplained``    ``batch - stream - late``: 0 when exactly-once holds, since every unique
-  record is counted once in windows or in late events.
+* ``stream_events``     what the stream's latest revision holds (on-time and folded late records);
+* ``batch_events``      what the recompute found;
+* ``late_events``       late records the stream did *not* fold in (beyond ``allowed_lateness``),
+  kept in ``late_events`` only;
+* ``abs_diff``          ``sum_k |stream_k - batch_k|``;
+* ``alignment``         final alignment, ``1 - abs_diff / batch_events`` (1.0 when both are
+  empty): the latest revision against the recompute; the target is checked on it;
+* ``aligned``           ``alignment >= target``;
+* ``unexplained``       ``batch - stream - late``: 0 when exactly-once holds, since every unique
+  record is counted once in the latest revision or in late events;
+* ``ontime_events``     the on-time result, what revision 0 held when the window closed
+  (``stream - late_folded``); ``ontime_alignment`` is it against the recompute, reported only;
+* ``late_folded``       late records folded into revisions; ``revisions`` rows written after the
+  first; ``final``: the watermark passed window end + allowed lateness, no revision will follow.
+
+So a final alignment below 1.0 with nothing unexplained means records that came later than the
+allowed lateness, and ``late_events`` counts them. With ``allowed_lateness: 0`` nothing is folded
+and both alignments are the same.
 
 Windows the stream has not closed yet (end after its watermark) are reported as ``open`` and
 do not count towards alignment. Only the recompute is a Spark job: the stream's side is read with
@@ -37,6 +48,7 @@ from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
+from tidemark.revisions import latest, normalized
 from tidemark.sources import RangeInput, is_event_col, parsed_range
 from tidemark.timeutil import format_instant_ms, now_ms
 from tidemark.windows import TumblingWindows
@@ -61,6 +73,11 @@ class WindowResult:
     alignment: float | None
     aligned: bool | None
     unexplained: int
+    ontime_events: int = 0
+    late_folded: int = 0
+    ontime_alignment: float | None = None
+    final: bool = False
+    revisions: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,9 @@ class AlignmentSummary:
     batch_events: int
     late_events: int
     unexplained: int
+    worst_ontime_alignment: float | None = None
+    late_folded: int = 0
+    final: int = 0  # closed windows the watermark made final
 
     @property
     def aligned(self) -> int:
@@ -101,6 +121,7 @@ class AlignmentSummary:
             "stream_events": self.stream_events,
             "batch_events": self.batch_events,
             "late_events": self.late_events,
+            "late_folded": self.late_folded,
             "unexplained": self.unexplained,
         }
 
@@ -122,6 +143,10 @@ def alignment_summary(windows: pd.DataFrame, target: float) -> AlignmentSummary:
     closed = windows[windows["status"] == "closed"]
     alignment = closed["alignment"].astype("float64")
     below = closed[alignment < target].sort_values("window_start_ms")
+    # Rows from before revisions existed (reconciliation table) lack the on-time columns.
+    ontime = (
+        closed["ontime_alignment"].astype("float64") if "ontime_alignment" in closed else alignment
+    ).fillna(alignment)
     return AlignmentSummary(
         target=target,
         closed=len(closed),
@@ -132,6 +157,9 @@ def alignment_summary(windows: pd.DataFrame, target: float) -> AlignmentSummary:
         batch_events=int(closed["batch_events"].sum()),
         late_events=int(closed["late_events"].sum()),
         unexplained=int(closed["unexplained"].abs().sum()),
+        worst_ontime_alignment=float(ontime.min()) if ontime.notna().any() else None,
+        late_folded=int(closed["late_folded"].fillna(0).sum()) if "late_folded" in closed else 0,
+        final=int(closed["final"].fillna(True).astype(bool).sum()) if "final" in closed else len(closed),
     )
 
 
@@ -184,6 +212,8 @@ class ReconcileReport:
                 "windows_open": len(self.windows) - len(self.closed),
                 "share_aligned": self.share_aligned,
                 "worst_alignment": self.worst_alignment,
+                "worst_ontime_alignment": self.summary().worst_ontime_alignment,
+                "windows_final": self.summary().final,
                 "totals": self.totals(),
                 "input": {"description": self.input, "files": self.input_files},
                 "windows": [
@@ -201,7 +231,8 @@ class ReconcileReport:
     def table(self) -> str:
         head = (
             f"{'window_start':24} {'status':6} {'stream':>9} {'batch':>9} {'late':>6} "
-            f"{'|diff|':>7} {'alignment':>10} {'ok':>3} {'unexpl.':>7}"
+            f"{'|diff|':>7} {'alignment':>10} {'ok':>3} {'unexpl.':>7} "
+            f"{'on-time':>10} {'folded':>6} {'final':>5}"
         )
         rows = [head, "-" * len(head)]
         for w in self.windows:
@@ -211,21 +242,30 @@ class ReconcileReport:
             diff, unexplained = (
                 (f"{w.abs_diff:,}", f"{w.unexplained:,}") if w.status == "closed" else ("-", "-")
             )
+            ontime = f"{w.ontime_alignment:.6f}" if w.ontime_alignment is not None else "-"
             rows.append(
                 f"{format_instant_ms(w.window_start_ms):24} {w.status:6} {w.stream_events:9,} "
                 f"{w.batch_events:9,} {w.late_events:6,} {diff:>7} {align:>10} {ok:>3} "
-                f"{unexplained:>7}"
+                f"{unexplained:>7} {ontime:>10} {w.late_folded:6,} {'yes' if w.final else 'no':>5}"
             )
         t = self.totals()
+        summary = self.summary()
         share = self.share_aligned
         rows.append("-" * len(head))
         rows.append(
-            f"{len(self.closed)} closed windows, "
+            f"{len(self.closed)} closed windows ({summary.final} final), "
             + (f"{share:.2%} aligned at target {self.target}" if share is not None else "none")
             + f"; worst alignment {self.worst_alignment if self.worst_alignment is not None else '-'}"
-            + f"; stream {t['stream_events']:,} + late {t['late_events']:,} vs batch "
-            f"{t['batch_events']:,}; unexplained {t['unexplained']:,}"
+            + " (on-time "
+            + (f"{summary.worst_ontime_alignment}" if summary.worst_ontime_alignment is not None else "-")
+            + f"); stream {t['stream_events']:,} (with {t['late_folded']:,} late folded in) + late "
+            f"{t['late_events']:,} vs batch {t['batch_events']:,}; unexplained {t['unexplained']:,}"
         )
+        if t["late_events"] and not t["unexplained"]:
+            rows.append(
+                f"the {t['late_events']:,} late records beyond the allowed lateness are what keeps a "
+                "window's final alignment below 1.0 (kept in late_events)"
+            )
         if self.input:
             rows.append(f"recompute input: {self.input}")
         return "\n".join(rows)
@@ -300,26 +340,68 @@ def stream_watermark(config: PipelineConfig) -> int | None:
     return int(values.max()) if len(values) else None
 
 
-def _per_key(config: PipelineConfig, table: str, start_ms: int, end_ms: int) -> pd.DataFrame:
-    """``(window_start_ms, key, n)`` of the stream's ``windows`` (events summed) or ``late_events``
-    (rows counted) in ``[start, end)``, read with delta-rs: one row per window and key, few
-    enough for the driver (the stream keeps its open windows there too), so the diff needs no
-    Spark job."""
-
-    path = config.table_path(table)
+def _in_range(path: str, columns: list[str], start_ms: int, end_ms: int) -> pd.DataFrame | None:
+    """A table's rows with ``window_start`` in ``[start, end)``, read with delta-rs (columns the
+    table does not have yet are left out); None when there is no table."""
     if not T.table_exists(path):
-        return pd.DataFrame({"window_start_ms": [], "key": [], "n": []}).astype(
-            {"window_start_ms": "int64", "key": "object", "n": "int64"}
-        )
+        return None
     in_range = (pc.field("window_start") >= pa.scalar(start_ms * 1000, S.TS_US)) & (
         pc.field("window_start") < pa.scalar(end_ms * 1000, S.TS_US)
     )
-    columns = ["window_start", "key"] + (["events"] if table == S.WINDOWS else [])
-    rows = T.open_table(path).to_pyarrow_dataset().to_table(columns=columns, filter=in_range).to_pandas()
+    dataset = T.open_table(path).to_pyarrow_dataset()
+    present = [c for c in columns if c in dataset.schema.names]
+    rows = dataset.to_table(columns=present, filter=in_range).to_pandas()
     rows["window_start_ms"] = T.epoch_ms(rows["window_start"]).astype("int64")
-    grouped = rows.groupby(["window_start_ms", "key"], dropna=False)
-    counts = grouped["events"].sum() if table == S.WINDOWS else grouped.size()
-    return counts.astype("int64").rename("n").reset_index()
+    return rows
+
+
+def _stream_per_key(config: PipelineConfig, start_ms: int, end_ms: int) -> pd.DataFrame:
+    """Per (window_start_ms, key) of the stream's ``windows``: the latest revision's ``stream``
+    events, the late records it folded in (``folded``) and the rows after the first
+    (``revisions``). Read with delta-rs: a few rows per window and key, so the diff needs no
+    Spark job."""
+    columns = ["window_start", "key", "events", "revision", "late_events", "is_final"]
+    rows = _in_range(config.table_path(S.WINDOWS), columns, start_ms, end_ms)
+    if rows is None or rows.empty:
+        return pd.DataFrame(
+            {"window_start_ms": [], "key": [], "stream": [], "folded": [], "revisions": []}
+        ).astype(
+            {
+                "window_start_ms": "int64",
+                "key": "object",
+                "stream": "int64",
+                "folded": "int64",
+                "revisions": "int64",
+            }
+        )
+    # Rows of one revision are summed: a revision written twice shows as counted twice.
+    rows = normalized(rows)
+    per_revision = rows.groupby(["window_start_ms", "key", "revision"], as_index=False, dropna=False)[
+        ["events", "late_events"]
+    ].sum()
+    newest = latest(per_revision, by=("window_start_ms", "key"))
+    return pd.DataFrame(
+        {
+            "window_start_ms": newest["window_start_ms"].astype("int64"),
+            "key": newest["key"],
+            "stream": newest["events"].astype("int64"),
+            "folded": newest["late_events"].astype("int64"),
+            "revisions": newest["revision"].astype("int64"),
+        }
+    )
+
+
+def _late_per_key(config: PipelineConfig, start_ms: int, end_ms: int) -> pd.DataFrame:
+    """Per (window_start_ms, key): the late records the stream did not fold into a revision
+    (``folded`` false, or rows from before revisions existed)."""
+    rows = _in_range(config.table_path(S.LATE_EVENTS), ["window_start", "key", "folded"], start_ms, end_ms)
+    if rows is None or rows.empty:
+        return pd.DataFrame({"window_start_ms": [], "key": [], "late": []}).astype(
+            {"window_start_ms": "int64", "key": "object", "late": "int64"}
+        )
+    folded = rows["folded"].fillna(False).astype(bool) if "folded" in rows else False
+    beyond = rows[~folded] if "folded" in rows else rows
+    return beyond.groupby(["window_start_ms", "key"], dropna=False).size().rename("late").reset_index()
 
 
 def reconcile(
@@ -344,7 +426,7 @@ def reconcile(
     # The landing index is a cache of the raw files: a dry run (write=False) does not add to it.
     source = parsed_range(spark, config, start_ms, end_ms, update_index=write)
     per_window = _per_window_counts(spark, config, source, start_ms, end_ms)
-    tumbling = TumblingWindows(size)
+    tumbling = TumblingWindows(size, config.allowed_lateness)
     windows = [_window_result(ws, row, tumbling, watermark, target) for ws, row in per_window.iterrows()]
     report = ReconcileReport(
         config.pipeline,
@@ -372,14 +454,16 @@ def _per_window_counts(
     batch = T.to_pandas(recomputed.select("window_start_ms", "key", F.col("events").alias("batch"))).astype(
         {"window_start_ms": "int64", "batch": "int64"}
     )
-    stream = _per_key(config, S.WINDOWS, start_ms, end_ms).rename(columns={"n": "stream"})
-    late = _per_key(config, S.LATE_EVENTS, start_ms, end_ms).rename(columns={"n": "late"})
+    stream = _stream_per_key(config, start_ms, end_ms)
+    late = _late_per_key(config, start_ms, end_ms)
     joined = batch.merge(stream, on=["window_start_ms", "key"], how="outer").merge(
         late, on=["window_start_ms", "key"], how="outer"
     )
-    joined[["batch", "stream", "late"]] = joined[["batch", "stream", "late"]].fillna(0).astype("int64")
+    counts = ["batch", "stream", "late", "folded", "revisions"]
+    joined[counts] = joined[counts].fillna(0).astype("int64")
     joined["abs_diff"] = (joined["stream"] - joined["batch"]).abs()
-    return joined.groupby("window_start_ms")[["stream", "batch", "late", "abs_diff"]].sum().sort_index()
+    joined["ontime_diff"] = (joined["stream"] - joined["folded"] - joined["batch"]).abs()
+    return joined.groupby("window_start_ms")[[*counts, "abs_diff", "ontime_diff"]].sum().sort_index()
 
 
 def _window_result(
@@ -388,10 +472,13 @@ def _window_result(
     """One window's verdict. Alignment is measured on closed windows only: 1 - abs_diff / batch
     (an empty window aligns when the stream has nothing in it either)."""
     stream_n, batch_n, late_n, diff = (int(row[c]) for c in ("stream", "batch", "late", "abs_diff"))
+    folded = int(row["folded"])
     closed = bool(windows.is_closed(int(start), watermark))
     alignment: float | None = None
+    ontime: float | None = None
     if closed:
-        alignment = (1.0 if stream_n == 0 else 0.0) if batch_n == 0 else 1.0 - diff / batch_n
+        alignment = _alignment(stream_n, batch_n, diff)
+        ontime = _alignment(stream_n - folded, batch_n, int(row["ontime_diff"]))
     return WindowResult(
         window_start_ms=int(start),
         window_end_ms=int(start) + windows.size_ms,
@@ -403,7 +490,17 @@ def _window_result(
         alignment=alignment,
         aligned=None if alignment is None else alignment >= target,
         unexplained=batch_n - stream_n - late_n,
+        ontime_events=stream_n - folded,
+        late_folded=folded,
+        ontime_alignment=ontime,
+        final=bool(windows.is_final(int(start), watermark)),
+        revisions=int(row["revisions"]),
     )
+
+
+def _alignment(stream_n: int, batch_n: int, diff: int) -> float:
+    """1 - diff / batch; an empty window aligns when the stream has nothing in it either."""
+    return (1.0 if stream_n == 0 else 0.0) if batch_n == 0 else 1.0 - diff / batch_n
 
 
 def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
@@ -435,4 +532,5 @@ def write_report(config: PipelineConfig, report: ReconcileReport) -> None:
         return
     lo, hi = format_instant_ms(report.start_ms), format_instant_ms(report.end_ms)
     predicate = f"window_start >= '{lo}' AND window_start < '{hi}'"
-    T.write_rs(path, data, mode="overwrite", predicate=predicate)
+    # schema_mode merge: a table from before window revisions gains their columns.
+    T.write_rs(path, data, mode="overwrite", predicate=predicate, schema_mode="merge")

@@ -143,6 +143,10 @@ class WindowRow:
     alignment: float
     unexplained: int
     late_by_host: list[tuple[str, int]] = field(default_factory=list)  # most late first
+    # window revisions (tidemark.revisions): the first result, late records folded in, final?
+    ontime_alignment: float | None = None
+    late_folded: int = 0
+    final: bool = True
 
     @property
     def iso(self) -> str:
@@ -156,7 +160,15 @@ class WindowRow:
             parts.append(
                 f"{self.late_events:,} late record(s) from {len(self.late_by_host)} host(s): {shown}"
                 + (f" and {more} more host(s)" if more > 0 else "")
+                + (" beyond the allowed lateness" if self.late_folded else "")
             )
+        if self.late_folded:
+            ontime = (
+                f" (on-time alignment {self.ontime_alignment:.6f})"
+                if self.ontime_alignment is not None
+                else ""
+            )
+            parts.append(f"{self.late_folded:,} late record(s) folded into revisions{ontime}")
         if self.unexplained:
             kind = "missing from stream and late events" if self.unexplained > 0 else "counted twice"
             parts.append(f"{abs(self.unexplained):,} record(s) {kind} (unexplained)")
@@ -238,10 +250,13 @@ def _reconciliation(config: PipelineConfig, start_ms: int | None, end_ms: int | 
 
 
 def _late_by_window(config: PipelineConfig) -> dict[int, list[tuple[str, int]]]:
-    """Late records per window start and host, most late first (then by host)."""
-    late = T.read_if_exists(config, S.LATE_EVENTS, ["host", "window_start"])
+    """Late records not folded into a revision (beyond the allowed lateness: what the final
+    result misses) per window start and host, most late first (then by host)."""
+    late = T.read_if_exists(config, S.LATE_EVENTS)
     if late is None or late.empty:
         return {}
+    if "folded" in late:
+        late = late[~late["folded"].fillna(False).astype(bool)]
     counts = (
         late.assign(window_start_ms=T.epoch_ms(late["window_start"]))
         .groupby(["window_start_ms", "host"])
@@ -266,9 +281,17 @@ def _window_rows(closed: pd.DataFrame, late_by_window: dict[int, list[tuple[str,
             alignment=float(r.alignment),
             unexplained=int(r.unexplained),
             late_by_host=late_by_window.get(int(r.window_start_ms), []),
+            ontime_alignment=_number(getattr(r, "ontime_alignment", None), float(r.alignment)),
+            late_folded=int(_number(getattr(r, "late_folded", None), 0)),
+            final=bool(_number(getattr(r, "final", None), True)),
         )
         for r in closed.itertuples()
     ]
+
+
+def _number(value, default):
+    """A reconciliation value, or ``default`` for rows from before window revisions (NULL)."""
+    return default if value is None or value != value else value
 
 
 def _newest_watermark(marks: pd.DataFrame | None) -> tuple[int | None, str | None]:

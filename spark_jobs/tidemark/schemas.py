@@ -5,8 +5,11 @@ Layout under ``<warehouse>/<pipeline>/``:
 
 ============== ==================================================================================
 events         every unique valid record (late ones too), with the batch it arrived in
-windows        closed windows: one row per (window, key), written once, with the watermark
-late_events    records whose window was already closed when they arrived
+windows        closed windows: one row per (window, key) and revision (tidemark.revisions):
+               revision 0 when it closes, one more per batch that folds late records in,
+               ``is_final`` on the one the watermark made final (end + allowed lateness)
+late_events    records whose window was already closed when they arrived; ``folded``: the
+               record revised its window (within allowed lateness), else it is counted here only
 quarantine     one row per bad line: raw text, reason, batch id, source
 watermarks     one row per committed batch: the precise watermark and host counts. Written
                last in a batch, so a row for batch N means every write of N is committed.
@@ -15,7 +18,8 @@ out_of_order   per batch and host, the records behind the host's own progress (i
                partition read out of order; exactly_once): how many, the earliest, the progress
 reconciliation per-window stream/batch comparison written by ``tidemark reconcile``
 _state/*       host progress (a log of the hosts each batch moved, replaced by a snapshot when
-               long: tidemark.progress) and open-window partial sums (overwritten every batch);
+               long: tidemark.progress), open-window partial sums (overwritten every batch) and
+               the closed windows that may still be revised (revisable_windows);
                the watermark row records the Delta version of each so a restart reads exactly
                the state that batch N-1 left.
 _reconcile/*   the landing index: the event-time span of each landing file the recompute has
@@ -43,6 +47,7 @@ STALLS = "stalls"
 OUT_OF_ORDER = "out_of_order"
 HOST_PROGRESS = "_state/host_progress"
 OPEN_WINDOWS = "_state/open_windows"
+REVISABLE_WINDOWS = "_state/revisable_windows"
 LANDING_INDEX = "_reconcile/landing_index"
 # The run identity's file, in the checkpoint and beside the tables (tidemark.identity).
 IDENTITY_FILE = "_tidemark.json"
@@ -65,6 +70,7 @@ LATE_COLUMNS = [
     "window_start",
     "window_end",
     "watermark_at_arrival",
+    "folded",
     "batch_id",
     "ingest_ts",
     "source",
@@ -88,6 +94,18 @@ OPEN_SCHEMA = pa.schema(
         ("value_sum", pa.float64()),
     ]
 )
+# Closed windows that a late record may still revise (tidemark.revisions): accumulated totals,
+# the last revision written and how many of the events came late.
+REVISABLE_SCHEMA = pa.schema(
+    [
+        ("window_start_ms", pa.int64()),
+        ("key", pa.string()),
+        ("events", pa.int64()),
+        ("value_sum", pa.float64()),
+        ("revision", pa.int64()),
+        ("late_events", pa.int64()),
+    ]
+)
 WINDOW_SCHEMA = pa.schema(
     [
         ("window_start", TS_MS),
@@ -98,6 +116,9 @@ WINDOW_SCHEMA = pa.schema(
         ("batch_id", pa.int64()),
         ("low_watermark", TS_MS),
         ("committed_at", TS_MS),
+        ("revision", pa.int64()),  # 0 when the window closes, +1 per revision
+        ("is_final", pa.bool_()),  # the watermark passed window end + allowed lateness
+        ("late_events", pa.int64()),  # of ``events``, how many came late (folded in)
     ]
 )
 MARKER_SCHEMA = pa.schema(
@@ -126,6 +147,9 @@ MARKER_SCHEMA = pa.schema(
         ("stall_hosts", pa.string()),
         ("hosts_version", pa.int64()),
         ("open_version", pa.int64()),
+        ("revisable_version", pa.int64()),  # _state/revisable_windows; NULL: none yet
+        ("late_folded", pa.int64()),  # late records the batch folded into window revisions
+        ("revisions", pa.int64()),  # window rows the batch wrote with revision >= 1
         ("global_lw_ms", pa.int64()),
         ("stages", pa.string()),
         ("source_progress", pa.string()),  # where the batch's input ended (tidemark.checkpoint)
@@ -168,6 +192,11 @@ RECONCILIATION_SCHEMA = pa.schema(
         ("alignment", pa.float64()),
         ("aligned", pa.bool_()),
         ("unexplained", pa.int64()),
+        ("ontime_events", pa.int64()),
+        ("late_folded", pa.int64()),
+        ("ontime_alignment", pa.float64()),
+        ("final", pa.bool_()),
+        ("revisions", pa.int64()),
         ("target", pa.float64()),
         ("stream_watermark", TS_US),
         ("reconciled_at", TS_US),
@@ -198,4 +227,9 @@ RECONCILED_FIELDS = [
     "alignment",
     "aligned",
     "unexplained",
+    "ontime_events",
+    "late_folded",
+    "ontime_alignment",
+    "final",
+    "revisions",
 ]

@@ -8,7 +8,12 @@ whose progress is ``p >= end`` has already sent an event at or after ``end`` and
 host writes in event-time order, can send nothing more below ``end``. A record whose window is
 already closed by the watermark *before* its batch is a late record.
 
-This module is the one place the rule is written: the stream (:mod:`tidemark.batch`) applies
+Finality: with allowed lateness ``L`` a closed window stays revisable until the watermark passes
+``end + L`` (:meth:`TumblingWindows.is_final`); a late record of a window not final before its
+batch revises it (:mod:`tidemark.revisions`), one of a final window stays in ``late_events`` only.
+With ``L = 0`` a window is final when it closes.
+
+This module is the one place the rules are written: the stream (:mod:`tidemark.batch`) applies
 :meth:`TumblingWindows.is_closed` to a Spark column (the late flag of each event) and to pandas
 columns (late partial sums, windows to close), the recompute (:mod:`tidemark.reconcile`) to ints.
 """
@@ -24,10 +29,13 @@ NO_WATERMARK = -(2**63)
 @dataclass(frozen=True, slots=True)
 class TumblingWindows:
     size_ms: int
+    allowed_lateness_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.size_ms <= 0:
             raise ValueError(f"window size must be positive, got {self.size_ms} ms")
+        if self.allowed_lateness_ms < 0:
+            raise ValueError(f"allowed lateness must not be negative, got {self.allowed_lateness_ms} ms")
 
     def start_of(self, event_time_ms: int) -> int:
         return event_time_ms - (event_time_ms % self.size_ms)
@@ -43,6 +51,13 @@ class TumblingWindows:
         :data:`NO_WATERMARK`, below every window's end, so each form needs no case of its own."""
         watermark = NO_WATERMARK if watermark_ms is None else watermark_ms
         return window_start_ms + self.size_ms <= watermark
+
+    def is_final(self, window_start_ms, watermark_ms: int | None):
+        """Is the window starting at ``window_start_ms`` final (no more revisions) by
+        ``watermark_ms``: has the watermark passed its end plus the allowed lateness? Same forms
+        as :meth:`is_closed`."""
+        watermark = NO_WATERMARK if watermark_ms is None else watermark_ms
+        return window_start_ms + (self.size_ms + self.allowed_lateness_ms) <= watermark
 
     def is_late(self, event_time_ms: int, watermark_before_ms: int | None) -> bool:
         """True when the event's window was already closed before the event arrived."""

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from helpers import oracle_good_records, oracle_window_counts, small_scenario, write_config
 
-from tidemark import storage
+from tidemark import revisions, storage
 from tidemark import tables as T
 from tidemark.generator import generate_files
 from tidemark.maintenance import MAINTAINED_FILE, plan
@@ -168,15 +168,16 @@ def check_exactly_once(pipeline) -> None:
     assert len(events) == len(oracle) == truth.unique_events, "events lost or duplicated"
     assert events["event_id"].is_unique
     combined: dict = {}
-    windows = T.read_local(config.table_path("windows"))
-    assert not windows.duplicated(["window_start", "key"]).any(), "a window row was written twice"
-    for row in windows.itertuples():
+    windows = revisions.normalized(T.read_local(config.table_path("windows")))
+    assert not windows.duplicated(["window_start", "key", "revision"]).any(), "a revision was written twice"
+    # the latest revision of each window + the late records not folded into it
+    for row in revisions.latest(windows).itertuples():
         key = (_ms(row.window_start), row.key)
         combined[key] = combined.get(key, 0) + row.events
     if T.table_exists(config.table_path("late_events")):
         late = T.read_local(config.table_path("late_events"))
         assert late["event_id"].is_unique
-        for row in late.itertuples():
+        for row in late[~late["folded"].astype(bool)].itertuples():
             key = (_ms(row.window_start), row.key)
             combined[key] = combined.get(key, 0) + 1
     assert combined == dict(oracle_window_counts(local, arrivals=arrivals)), "windows + late differ"

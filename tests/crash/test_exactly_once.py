@@ -91,22 +91,29 @@ def assert_kills_landed(outcomes: list[tuple[float, bool]], at_least: int) -> No
 
 @pytest.fixture
 def pipeline(tmp_path):
-    config = write_config(tmp_path, name="crash")
+    # A 2-minute allowed lateness: the late records revise their windows and later batches make
+    # the windows final, so the kills below land among revision writes too.
+    config = write_config(tmp_path, name="crash", window={"size": "1m", "allowed_lateness": "2m"})
     truth = generate_files(small_scenario(), config.source.path)
     return tmp_path / "crash.yaml", config, truth
 
 
-# One kill right after every write a batch makes, each in a later batch, so every restart
-# replays a batch that is committed in some tables and not in others.
-# (In this scenario the two lagging hosts' outage backlog, the late records, lands in batch 4.)
+# One kill right after every write a batch makes, so every restart replays a batch that is
+# committed in some tables and not in others. In this scenario the two lagging hosts' outage
+# backlog, the late records, lands in batch 4: there every write is a boundary, one kill each, so
+# each restart replays batch 4 one write further on. Between the late records' arrival (events,
+# late_events) and the revision's commit (windows, the revisable state, the marker), a kill
+# must neither lose nor double-count them.
 KILL_POINTS = [
     "after:quarantine@0",
-    "after:events@1",
     "after:windows@2",
-    "after:_state/host_progress@3",
+    "after:events@4",
     "after:late_events@4",
-    "after:_state/open_windows@5",
-    "before:watermarks@6",
+    "after:windows@4",
+    "after:_state/host_progress@4",
+    "after:_state/open_windows@4",
+    "after:_state/revisable_windows@4",
+    "before:watermarks@4",
     "after:watermarks@7",
 ]
 
@@ -120,9 +127,12 @@ def test_kills_after_each_write_inside_a_batch_lose_and_duplicate_nothing(spark,
     code, out = finish(start_job(config_path))
     assert code == 0, out[-3000:]
     assert "already committed, replay skipped" in out or "batch 7" not in out
-    assert_exactly_once(spark, config, truth)
+    assert_exactly_once(spark, config, truth)  # revisions: latest + late beyond, on-time + late
     report = reconcile(spark, config, config_start(truth, config), config_end(config))
     assert report.closed and all(w.unexplained == 0 for w in report.closed)
+    # the late records were folded in (once) and windows were made final
+    assert sum(w.late_folded for w in report.closed) > 0 and any(w.final for w in report.closed)
+    assert all(w.alignment == 1.0 for w in report.closed), report.table()
 
 
 def test_random_kills_then_restart_equal_the_batch_recompute(spark, tmp_path):

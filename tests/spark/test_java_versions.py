@@ -111,3 +111,7 @@ def test_demo_runs_exactly_once_on_java(java, tmp_path):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert re.search(rf"Spark 4\.1\.\d+ on Java {java}\.\d", done.stdout), done.stdout[:2000]
     assert "unexplained difference 0" in done.stdout
+    # on-time and final alignment (500 hosts: no host may lag at 0.999, so nothing comes late
+    # here; tests/spark/test_window_revisions.py folds late records in)
+    line = next(x for x in done.stdout.splitlines() if x.startswith("alignment on-time"))
+    assert "final (latest revision, allowed lateness 1h): worst 1.0, 100.00% at target" in line, line

@@ -19,7 +19,9 @@ from tidemark.stream import run_stream
 @pytest.fixture(scope="module")
 def pipeline(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("reconcile")
-    config = write_config(root, name="rec")
+    # The lagging hosts' records arrive 37 s after their windows closed: beyond this allowed
+    # lateness, so they stay in late_events only and no window is revised.
+    config = write_config(root, name="rec", window={"size": "1m", "allowed_lateness": "30s"})
     scenario = small_scenario(seed=11)
     generate_files(scenario, config.source.path)
     run_stream(spark, config, once=True, echo=lambda m: None)
@@ -37,7 +39,12 @@ def test_each_closed_window_is_explained_by_its_late_records(spark, pipeline):
         assert w.stream_events + w.late_events == batch and w.unexplained == 0
         assert w.abs_diff == w.late_events
         assert w.alignment == pytest.approx(1 - w.late_events / batch)
+        # nothing folded in: the on-time result is the final one
+        assert w.late_folded == 0 and w.ontime_alignment == w.alignment
     assert any(w.late_events for w in report.closed)
+    # final once the watermark passed end + 30 s: all but the last window (watermark = its end)
+    assert [w.final for w in report.closed] == [True] * (scenario.minutes - 1) + [False]
+    assert "beyond the allowed lateness" in report.table()
 
 
 def test_rerunning_a_range_replaces_its_rows(spark, pipeline):
@@ -66,9 +73,12 @@ def test_duplicated_window_row_is_caught_as_misaligned_and_fails_the_cli(spark, 
     root, _config, scenario = pipeline
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
-    broken = write_config(copy, name="rec")
+    broken = write_config(copy, name="rec", window={"size": "1m", "allowed_lateness": "30s"})
     windows = spark.read.format("delta").load(broken.table_path("windows"))
-    windows.limit(1).write.format("delta").mode("append").save(broken.table_path("windows"))
+    # the latest revision of a window, written twice (a copy of an older revision changes no
+    # result a reader sees; the windows suite's window_key_unique catches that one)
+    newest = windows.orderBy(windows["revision"].desc(), windows["window_start"]).limit(1)
+    newest.write.format("delta").mode("append").save(broken.table_path("windows"))
     report = reconcile(spark, broken, scenario.start_ms, scenario.end_ms, write=False)
     bad = [w for w in report.closed if w.unexplained != 0]
     assert len(bad) == 1 and bad[0].unexplained < 0 and not bad[0].aligned

@@ -100,3 +100,26 @@ def test_maintenance_retentions_are_whole_hours_and_the_log_outlives_the_files()
     with pytest.raises(ConfigError, match=r"maintenance\.schedule: 'daily' is not a 5-field cron expression"):
         parse_config({**BASE, "maintenance": {"schedule": "daily"}})
     assert parse_config({**BASE, "maintenance": {"schedule": "@weekly"}}).maintenance.schedule == "@weekly"
+
+
+def test_window_is_a_size_or_a_block_with_allowed_lateness():
+    assert parse_config(BASE).allowed_lateness == 3_600_000  # default: an hour of revisions
+    short = parse_config({**BASE, "window": "2m"})
+    assert short.window == 120_000 and short.allowed_lateness == 3_600_000
+    block = parse_config({**BASE, "window": {"size": "5m", "allowed_lateness": "30m"}})
+    assert block.window == 300_000 and block.allowed_lateness == 1_800_000
+    assert "allowed_lateness=30m" in block.describe()
+    off = parse_config({**BASE, "window": {"allowed_lateness": 0}})
+    assert off.window == 60_000 and off.allowed_lateness == 0
+
+
+def test_a_bad_window_block_is_one_line_naming_the_key():
+    with pytest.raises(ConfigError, match=r"window\.lateness: unknown key \(the window block takes size, "):
+        parse_config({**BASE, "window": {"size": "1m", "lateness": "1h"}})
+    with pytest.raises(ConfigError, match=r"allowed_lateness: not a duration: 'soon'"):
+        parse_config({**BASE, "window": {"allowed_lateness": "soon"}})
+    with pytest.raises(ConfigError, match=r"window\.allowed_lateness: duration must not be negative"):
+        parse_config({**BASE, "window": {"allowed_lateness": -5}})
+    for bad in ({"window": {"allowed_lateness": "1h"}, "allowed_lateness": "2h"},):
+        with pytest.raises(ConfigError, match="give it once"):
+            parse_config({**BASE, **bad})

@@ -126,5 +126,8 @@ def test_every_pom_setup_fetches_from_is_well_formed_xml(pom):
     import xml.etree.ElementTree as ET
 
     root = ET.parse(pom).getroot()  # raises on what Maven's parser also refuses
-    assert root.tag.endswith("project") and root.find("{http://maven.apache.org/POM/4.0.0}dependencies") is not None
+    assert (
+        root.tag.endswith("project")
+        and root.find("{http://maven.apache.org/POM/4.0.0}dependencies") is not None
+    )
     assert str(pom.relative_to(REPO)) in (REPO / "scripts/setup.sh").read_text()
