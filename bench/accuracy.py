@@ -35,7 +35,6 @@ import math
 import shutil
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,12 +49,12 @@ from benchlib import (
     pipeline_config,
     run_baseline,
     session,
+    stream_once,
     write_results,
 )
 
 from tidemark.generator import Scenario, generate_files
 from tidemark.reconcile import recompute_windows, reconcile
-from tidemark.stream import start_stream
 from tidemark.tables import read_local
 from tidemark.timeutil import parse_duration_ms
 from tidemark.watermark import STALLED
@@ -177,14 +176,10 @@ def run_tidemark(
         # what closes are the same with the default).
         watermark={"precision": TARGET, "lag_threshold": "2m", "stall_after": "0ms"},
     )
-    started = time.monotonic()
-    query, processor = start_stream(spark, config, once=True, echo=lambda m: None)
-    query.awaitTermination()
-    wall = time.monotonic() - started
+    batches, wall = stream_once(spark, config)
     report = reconcile(spark, config, s.start_ms, s.end_ms, target=TARGET, write=False)
     closed = report.closed
     totals = report.totals()
-    batches = [b for b in processor.summaries if not b.skipped]
     stalled = sum(1 for b in batches if b.state == STALLED)
     windows = read_local(config.table_path("windows")).groupby("window_end")["batch_id"].min()
     lags = [

@@ -118,6 +118,17 @@ def pipeline_config(
     return load_config(path)
 
 
+def stream_once(spark: SparkSession, config: PipelineConfig) -> tuple[list, float]:
+    """Run a pipeline's stream over what is there (availableNow), quietly: (the batches it ran,
+    skipped replays left out; wall seconds)."""
+    from tidemark.stream import start_stream
+
+    started = time.monotonic()
+    query, processor = start_stream(spark, config, once=True, echo=lambda m: None)
+    query.awaitTermination()
+    return [b for b in processor.summaries if not b.skipped], time.monotonic() - started
+
+
 def session() -> SparkSession:
     from tidemark.sparkenv import build_session
 

@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy import regime_label
+from accuracy import regime_label, scenario_for
 from benchlib import (
     DEFAULT_WORKDIR,
     load_line,
@@ -42,12 +41,12 @@ from benchlib import (
     median,
     pipeline_config,
     session,
+    stream_once,
     write_results,
 )
 
 from tidemark.generator import Scenario, generate_files
 from tidemark.reconcile import reconcile
-from tidemark.stream import start_stream
 from tidemark.timeutil import format_duration_ms, parse_duration_ms
 
 TARGET = 0.999
@@ -90,14 +89,10 @@ def run(spark, root: Path, landing: Path, s: Scenario, k: int, lateness_ms: int,
         window={"size": "1m", "allowed_lateness": format_duration_ms(lateness_ms) if lateness_ms else 0},
         watermark={"precision": TARGET, "lag_threshold": "2m"},
     )
-    started = time.monotonic()
-    query, processor = start_stream(spark, config, once=True, echo=lambda m: None)
-    query.awaitTermination()
-    wall = time.monotonic() - started
+    batches, wall = stream_once(spark, config)
     report = reconcile(spark, config, s.start_ms, s.end_ms, target=TARGET, write=False)
     closed = report.closed
     summary = report.summary()
-    batches = [b for b in processor.summaries if not b.skipped]
     return Run(
         regime=label,
         lateness=format_duration_ms(lateness_ms) if lateness_ms else "0",
@@ -131,6 +126,7 @@ def main() -> None:
     parser.add_argument("--regimes", default="0.0005,0.001,0.005", help="comma-separated lagging-host shares")
     parser.add_argument("--lateness", default="1h", help="allowed lateness of the revising runs")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duplicate-rate", type=float, default=0.01, help="publisher retries")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "revisions")
     parser.add_argument("--no-results", action="store_true", help="write no results file")
@@ -141,17 +137,7 @@ def main() -> None:
     spark = session()
     runs: list[Run] = []
     for share in (float(x) for x in args.regimes.split(",")):
-        s = Scenario(
-            hosts=args.hosts,
-            minutes=args.minutes,
-            events_per_host_per_minute=args.rate,
-            lag_share=share,
-            lag_minutes=args.lag_minutes,
-            lag_start_minute=1,
-            duplicate_rate=0.01,
-            malformed_rate=0.0,
-            seed=args.seed,
-        )
+        s = scenario_for(args, share)
         label = regime_label(s)
         root = args.workdir / f"lag-{share:g}"
         shutil.rmtree(root, ignore_errors=True)

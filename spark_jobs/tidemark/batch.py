@@ -740,22 +740,21 @@ def _collect(frame: DataFrame) -> pa.Table:
 
 def _closed_windows_table(rows: pd.DataFrame, size: int, batch_id: int, watermark: int | None) -> pa.Table:
     """The ``windows`` rows of a batch (:data:`tidemark.revisions.REVISION_COLUMNS`)."""
-    closing = rows
-    starts = closing["window_start_ms"].to_numpy(dtype="int64")
-    n = len(closing)
+    starts = rows["window_start_ms"].to_numpy(dtype="int64")
+    n = len(rows)
     return pa.Table.from_arrays(
         [
             pa.array(starts, pa.int64()).cast(S.TS_MS),
             pa.array(starts + size, pa.int64()).cast(S.TS_MS),
-            pa.array(closing["key"].astype(str).to_list(), pa.string()),
-            pa.array(closing["events"].to_numpy(dtype="int64")),
-            pa.array(closing["value_sum"].to_numpy(dtype="float64")),
+            pa.array(rows["key"].astype(str).to_list(), pa.string()),
+            pa.array(rows["events"].to_numpy(dtype="int64")),
+            pa.array(rows["value_sum"].to_numpy(dtype="float64")),
             pa.array(np.full(n, batch_id, dtype="int64")),
             pa.array(np.full(n, watermark, dtype="int64")).cast(S.TS_MS),
             pa.array(np.full(n, now_ms(), dtype="int64")).cast(S.TS_MS),
-            pa.array(closing["revision"].to_numpy(dtype="int64")),
-            pa.array(closing["is_final"].to_numpy(dtype=bool)),
-            pa.array(closing["late_events"].to_numpy(dtype="int64")),
+            pa.array(rows["revision"].to_numpy(dtype="int64")),
+            pa.array(rows["is_final"].to_numpy(dtype=bool)),
+            pa.array(rows["late_events"].to_numpy(dtype="int64")),
         ],
         schema=S.WINDOW_SCHEMA,
     )

@@ -48,7 +48,7 @@ from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
-from tidemark.revisions import latest, normalized
+from tidemark.revisions import latest, normalized, not_folded
 from tidemark.sources import RangeInput, is_event_col, parsed_range
 from tidemark.timeutil import format_instant_ms, now_ms
 from tidemark.windows import TumblingWindows
@@ -399,9 +399,9 @@ def _late_per_key(config: PipelineConfig, start_ms: int, end_ms: int) -> pd.Data
         return pd.DataFrame({"window_start_ms": [], "key": [], "late": []}).astype(
             {"window_start_ms": "int64", "key": "object", "late": "int64"}
         )
-    folded = rows["folded"].fillna(False).astype(bool) if "folded" in rows else False
-    beyond = rows[~folded] if "folded" in rows else rows
-    return beyond.groupby(["window_start_ms", "key"], dropna=False).size().rename("late").reset_index()
+    return (
+        not_folded(rows).groupby(["window_start_ms", "key"], dropna=False).size().rename("late").reset_index()
+    )
 
 
 def reconcile(

@@ -252,11 +252,17 @@ def _reconciliation(config: PipelineConfig, start_ms: int | None, end_ms: int | 
 def _late_by_window(config: PipelineConfig) -> dict[int, list[tuple[str, int]]]:
     """Late records not folded into a revision (beyond the allowed lateness: what the final
     result misses) per window start and host, most late first (then by host)."""
-    late = T.read_if_exists(config, S.LATE_EVENTS)
-    if late is None or late.empty:
+    from tidemark.revisions import not_folded
+
+    path = config.table_path(S.LATE_EVENTS)
+    if not T.table_exists(path):
         return {}
-    if "folded" in late:
-        late = late[~late["folded"].fillna(False).astype(bool)]
+    dataset = T.open_table(path).to_pyarrow_dataset()
+    # only the columns the explanation needs (``folded``: tables from before revisions lack it)
+    columns = [c for c in ("host", "window_start", "folded") if c in dataset.schema.names]
+    late = not_folded(dataset.to_table(columns=columns).to_pandas())
+    if late.empty:
+        return {}
     counts = (
         late.assign(window_start_ms=T.epoch_ms(late["window_start"]))
         .groupby(["window_start_ms", "host"])

@@ -175,6 +175,14 @@ def changes(windows: pd.DataFrame, by: tuple[str, str] = ("window_start", "key")
     return both.sort_values([*by, "revision", "sign"]).reset_index(drop=True)
 
 
+def not_folded(late: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a ``late_events`` frame that no revision folded in (beyond the allowed
+    lateness): every row of a table from before revisions, which has no ``folded`` column."""
+    if "folded" not in late:
+        return late
+    return late[~late["folded"].fillna(False).astype(bool)]
+
+
 def read_latest(config: PipelineConfig, columns: list[str] | None = None) -> pd.DataFrame | None:
     """The latest revision of every (window, key) of a pipeline's ``windows`` table, read with
     delta-rs (no JVM); None when the table does not exist yet."""
