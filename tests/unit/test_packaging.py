@@ -65,7 +65,8 @@ def test_a_driver_importing_tidemark_from_the_archive_renders_the_report(tmp_pat
     assert int(out[1]) == len(list((archive.PACKAGE_DIR / "templates").glob("*.j2"))) >= 5
 
 
-def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path):
+def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_JVM_OPTIONS", " -XX:TieredStopAtLevel=1 ")
     shipped = archive.code_archive(tmp_path)
     command = packaging.spark_submit_command(
         "stream_job.py",
@@ -81,14 +82,25 @@ def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path):
     jars = command[command.index("--jars") + 1].split(",")
     assert any(Path(j).name.startswith("delta-spark_") for j in jars)
     confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
-    # The driver JVM starts here, so spark-submit must pass its options (huge methods compiled).
+    # The driver JVM starts here, so spark-submit must pass its options (huge methods compiled,
+    # then $TIDEMARK_JVM_OPTIONS).
+    extra = " -XX:TieredStopAtLevel=1"
     assert confs == [
-        "spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods",
-        "spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods",
+        f"spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods{extra}",
+        f"spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods{extra}",
         "spark.executor.memory=1g",
     ]
     assert any(Path(j).name == "tidemark-udf.jar" for j in jars)
     assert command[-3:] == [str(entrypoint("stream_job")), "--config", "c.yaml"]
+
+
+def test_jvm_options_are_the_huge_methods_flag_unless_the_environment_adds_some(monkeypatch):
+    from tidemark.sparkenv import jvm_conf
+
+    monkeypatch.delenv("TIDEMARK_JVM_OPTIONS", raising=False)
+    assert set(jvm_conf().values()) == {"-XX:-DontCompileHugeMethods"}
+    monkeypatch.setenv("TIDEMARK_JVM_OPTIONS", "  ")
+    assert set(jvm_conf().values()) == {"-XX:-DontCompileHugeMethods"}
 
 
 def test_submit_refuses_an_unknown_job_with_one_line(capsys):
