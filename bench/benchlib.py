@@ -52,6 +52,9 @@ def machine_line() -> str:
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+ENV_SETTINGS = ("MALLOC_ARENA_MAX", "TIDEMARK_JVM_OPTIONS", "TIDEMARK_SPARK_MASTER")
+
+
 def result_header(bench: str, args) -> dict:
     """What every raw result file starts with: the bench, when, on which commit and machine,
     with which arguments."""
@@ -63,6 +66,8 @@ def result_header(bench: str, args) -> dict:
         "machine": machine_line(),
         "load": load_line(),
         "args": {k: str(v) for k, v in vars(args).items()},
+        # settings from the environment that change what a run measures
+        "env": {k: os.environ[k] for k in ENV_SETTINGS if k in os.environ},
     }
 
 
