@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from tidemark.dedup import MAX_LOOKUP_RANGES, RANGE_GAP_MS, _Catalog, time_ranges
+from tidemark.dedup import MAX_LOOKUP_RANGES, RANGE_GAP_MS, _Catalog, suspects_of, time_ranges
 
 HOUR = 3_600_000
 T0 = 1_763_805_600_000  # 2025-11-22T10:00Z
@@ -74,3 +74,28 @@ def test_an_old_retry_reads_the_files_of_its_own_time_only(day_of_catalog):
     assert files_read([(old, recent)]) == 23  # one [min, max] range: every hour in between
     ids = pa.array(["h01-5", "h23-10", "h12-0"])  # the last one is not looked for in its time
     assert catalog.seen(ids, time_ranges([old, recent])) == {"h01-5", "h23-10"}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_suspects_are_the_repeated_hashes_and_those_below_the_ceiling_counted_by_row(seed):
+    import collections
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 3_000))
+    # few distinct values, so some repeat (and some repeat many times)
+    hashes = rng.integers(-(2**63), 2**63 - 1, size=max(1, n // 2), dtype=np.int64)[
+        rng.integers(0, max(1, n // 2), n)
+    ]
+    below = rng.random(n) < float(rng.choice([0.0, 0.01, 0.5, 1.0]))
+    suspects, rows = suspects_of(hashes, below)
+    counts = collections.Counter(hashes.tolist())
+    expected = {h for h, c in counts.items() if c > 1} | set(hashes[below].tolist())
+    assert suspects.tolist() == sorted(expected)
+    assert rows == sum(counts[h] for h in expected)
+
+
+def test_no_hashes_no_suspects():
+    suspects, rows = suspects_of(np.empty(0, np.int64), np.empty(0, bool))
+    assert len(suspects) == 0 and rows == 0
+    suspects, rows = suspects_of(np.array([5, 7, 9], np.int64), np.zeros(3, bool))
+    assert len(suspects) == 0 and rows == 0
