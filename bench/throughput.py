@@ -122,8 +122,17 @@ def render(data: dict) -> str:
     parts = [
         f"{lines:,} lines in {data['input']['files']} one-minute files; "
         f"{len(next(iter(rounds.values())))} rounds per system, order rotated every round; "
-        f"Tidemark reads {data['args']['files_per_trigger']} files per trigger."
+        + _tidemark_triggers(data)
     ]
+    if data.get("tidemark_sweep"):
+        rows = [
+            [t["system"], t["files_per_trigger"], t["batches"], f"{t['wall_s']:.1f}", f"{t['lines_per_s']:,}"]
+            for t in data["tidemark_sweep"]
+        ]
+        parts.append(
+            "Tidemark's own trigger size, one run each (each mode then runs at its fastest):\n\n"
+            + md_table(["system", "files per trigger", "batches", "wall (s)", "lines/s"], rows)
+        )
     if data.get("peer_sweep"):
         rows = [
             [t["files_per_trigger"], t["shuffle_partitions"], t["state_store"], f"{t['wall_s']:.1f}",
@@ -181,6 +190,13 @@ def render(data: dict) -> str:
         + md_table(["system", "wall (s)", "batches", *SPARK_PHASES, "Tidemark phases (s)"], rows)
     )
     return "\n\n".join(parts) + "\n"
+
+
+def _tidemark_triggers(data: dict) -> str:
+    chosen = data.get("tidemark_files_per_trigger")
+    if not chosen:
+        return f"Tidemark reads {data['args']['files_per_trigger']} files per trigger."
+    return "Tidemark reads " + ", ".join(f"{n}: {k} files per trigger" for n, k in chosen.items()) + "."
 
 
 def spark_durations(progress: list[dict]) -> tuple[int, dict[str, list[int]]]:
@@ -243,6 +259,40 @@ def sweep_peer(spark, root: Path, landing: Path, k: int, lines: int) -> tuple[Pe
                 print(f"  peer sweep: {settings.label()}: {run.wall_s:.1f}s ({load_line()})", flush=True)
     best = min(tried, key=lambda t: t["wall_s"])
     return PeerSettings(best["files_per_trigger"], best["shuffle_partitions"], best["state_store"]), tried
+
+
+TIDEMARK_SYSTEMS = ("exactly_once", "at_least_once")
+
+
+def sweep_tidemark(
+    spark, root: Path, landing: Path, k: int, lines: int, systems: list[str]
+) -> tuple[dict[str, int], list[dict]]:
+    """Tidemark's own trigger size, as the peer gets its own: one run of each mode at ``k``,
+    ``2k`` and ``5k`` files a trigger; per mode the fastest, and every figure."""
+    tried = []
+    for system in systems:
+        for files in sorted({k, 2 * k, 5 * k}):
+            run = run_system(spark, system, root / f"sweep-{system}-{files}", landing, files)
+            tried.append(
+                {
+                    "system": system,
+                    "files_per_trigger": files,
+                    "batches": run.batches,
+                    "wall_s": round(run.wall_s, 2),
+                    "lines_per_s": round(lines / run.wall_s),
+                }
+            )
+            print(
+                f"  tidemark sweep: {system}, {files} files a trigger: {run.wall_s:.1f}s ({load_line()})",
+                flush=True,
+            )
+    best = {
+        system: min((t for t in tried if t["system"] == system), key=lambda t: t["wall_s"])[
+            "files_per_trigger"
+        ]
+        for system in systems
+    }
+    return best, tried
 
 
 def run_system(
@@ -449,6 +499,11 @@ def main() -> None:
         "--no-results", action="store_true", help="write no results file (a caller keeps its own)"
     )
     parser.add_argument(
+        "--tidemark-sweep",
+        action="store_true",
+        help="first find each Tidemark mode's fastest trigger size (files per trigger x1, x2, x5)",
+    )
+    parser.add_argument(
         "--peer-sweep",
         action="store_true",
         help="first find the baseline's fastest settings (trigger size, partitions, state store)",
@@ -474,6 +529,15 @@ def main() -> None:
     if args.peer_sweep and "baseline" in order:
         peer, sweep = sweep_peer(spark, args.workdir / "sweep", landing, args.files_per_trigger, truth.lines)
         print(f"peer settings: {peer.label()} (the fastest of {len(sweep)})", flush=True)
+    triggers = {name: args.files_per_trigger for name in order}
+    tidemark_sweep: list[dict] = []
+    swept = [name for name in TIDEMARK_SYSTEMS if name in order]
+    if args.tidemark_sweep and swept:
+        best, tidemark_sweep = sweep_tidemark(
+            spark, args.workdir / "sweep", landing, args.files_per_trigger, truth.lines, swept
+        )
+        triggers.update(best)
+        print(f"tidemark settings: {', '.join(f'{n} {best[n]} files a trigger' for n in swept)}", flush=True)
     rounds: dict[str, list[Run]] = defaultdict(list)
     for r in range(args.rounds):
         # The order rotates every round, so no system always gets the coldest JVM or the warmest
@@ -481,9 +545,7 @@ def main() -> None:
         names = order[r % len(order) :] + order[: r % len(order)]
         print(f"round {r + 1}: {', '.join(names)}", flush=True)
         for name in names:
-            run = run_system(
-                spark, name, args.workdir / f"round{r + 1}", landing, args.files_per_trigger, peer
-            )
+            run = run_system(spark, name, args.workdir / f"round{r + 1}", landing, triggers[name], peer)
             rounds[name].append(run)
             print(f"  {name}: {run.wall_s:.1f}s, {run.batches} batches ({load_line()})", flush=True)
     # Each system's median round (the phase and memory tables show that run).
@@ -514,6 +576,8 @@ def main() -> None:
         input={"lines": truth.lines, "files": truth.files, "unique_events": truth.unique_events},
         peer_settings=vars(peer),
         peer_sweep=sweep,
+        tidemark_files_per_trigger={n: triggers[n] for n in swept},
+        tidemark_sweep=tidemark_sweep,
         rounds={
             name: [
                 {
