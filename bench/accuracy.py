@@ -35,6 +35,7 @@ import math
 import shutil
 import statistics
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,7 +54,7 @@ from benchlib import (
     write_results,
 )
 
-from tidemark.generator import Scenario, generate_files
+from tidemark.generator import Scenario, Truth, generate_files
 from tidemark.reconcile import recompute_windows, reconcile
 from tidemark.tables import read_local
 from tidemark.timeutil import parse_duration_ms
@@ -155,6 +156,28 @@ def scenario_for(args, lag_share: float) -> Scenario:
         malformed_rate=0.0,
         seed=args.seed,
     )
+
+
+@dataclass(frozen=True)
+class Regime:
+    """One lagging-host share's scenario, generated into a fresh ``root/landing``."""
+
+    scenario: Scenario
+    label: str
+    root: Path
+    landing: Path
+    truth: Truth
+
+
+def regimes(args) -> Iterator[Regime]:
+    """``args.regimes`` (comma-separated lagging-host shares) one at a time, each scenario
+    (:func:`scenario_for`) generated under ``args.workdir/lag-<share>`` from nothing."""
+    for share in (float(x) for x in args.regimes.split(",")):
+        s = scenario_for(args, share)
+        root = args.workdir / f"lag-{share:g}"
+        shutil.rmtree(root, ignore_errors=True)
+        landing = root / "landing"
+        yield Regime(s, regime_label(s), root, landing, generate_files(s, landing))
 
 
 def regime_label(s: Scenario) -> str:
@@ -316,13 +339,14 @@ def main() -> None:
     print(f"machine: {machine_line()}", flush=True)
     spark = session()
     outcomes: list[Outcome] = []
-    for share in (float(x) for x in args.regimes.split(",")):
-        s = scenario_for(args, share)
-        label = regime_label(s)
-        root = args.workdir / f"lag-{share:g}"
-        shutil.rmtree(root, ignore_errors=True)
-        landing = root / "landing"
-        truth = generate_files(s, landing)
+    for regime in regimes(args):
+        s, label, root, landing, truth = (
+            regime.scenario,
+            regime.label,
+            regime.root,
+            regime.landing,
+            regime.truth,
+        )
         reach = input_reach_ms(landing)
         print(
             f"{label}: {truth.unique_events:,} events (+{truth.duplicate_copies:,} retry copies), "

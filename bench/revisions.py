@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy import regime_label, scenario_for
+from accuracy import regimes
 from benchlib import (
     DEFAULT_WORKDIR,
     load_line,
@@ -45,7 +45,7 @@ from benchlib import (
     write_results,
 )
 
-from tidemark.generator import Scenario, generate_files
+from tidemark.generator import Scenario
 from tidemark.reconcile import reconcile
 from tidemark.timeutil import format_duration_ms, parse_duration_ms
 
@@ -136,12 +136,8 @@ def main() -> None:
     print(f"machine: {machine_line()}", flush=True)
     spark = session()
     runs: list[Run] = []
-    for share in (float(x) for x in args.regimes.split(",")):
-        s = scenario_for(args, share)
-        label = regime_label(s)
-        root = args.workdir / f"lag-{share:g}"
-        shutil.rmtree(root, ignore_errors=True)
-        truth = generate_files(s, root / "landing")
+    for regime in regimes(args):
+        s, label, root, truth = regime.scenario, regime.label, regime.root, regime.truth
         print(f"{label}: {truth.unique_events:,} events in {truth.files} files ({load_line()})", flush=True)
         if not runs:  # warm-up: JIT, the parser's code generation, the Delta log caches
             run(spark, root, root / "landing", s, args.files_per_trigger, 0, label, 0)
