@@ -14,8 +14,9 @@ its sources, because a host publishes in event-time order:
   the candidates' event-time ranges through Delta's file statistics: times far apart are looked
   up as separate ranges (:func:`time_ranges`), so a retry from hours ago reads the files of its
   own time, not every file stored since.
-* Copies inside the batch are found by a 64-bit hash of the event id (a shuffle of 8-byte
-  values); only ids whose hash repeats are compared as strings.
+* Copies inside the batch are found by a 64-bit hash of the event id: the batch's hashes are
+  sorted on the driver (:func:`suspects_of`, 8 bytes and a flag a row); only ids whose hash
+  repeats are compared as strings.
 
 Only the rows of the two suspect kinds leave the cached batch: they are collected, resolved on
 the driver (catalog rows dropped, one row kept per id) and put back beside the rest. Above

@@ -73,7 +73,7 @@ def build_stream(spark: SparkSession, config: PipelineConfig, resume: ResumePoin
     if config.mode == "at_least_once":
         return parsed
     # exactly_once: the 64-bit hash of an event's id, computed once per row in the parsing stage
-    # and cached with it, is what deduplication groups and joins by (NULL: no event).
+    # and cached with it, is what deduplication sorts and joins by (NULL: no event).
     return parsed.select("*", F.when(is_event_col(), F.xxhash64("event_id")).alias(HASH))
 
 
