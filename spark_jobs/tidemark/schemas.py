@@ -96,16 +96,7 @@ OPEN_SCHEMA = pa.schema(
 )
 # Closed windows that a late record may still revise (tidemark.revisions): accumulated totals,
 # the last revision written and how many of the events came late.
-REVISABLE_SCHEMA = pa.schema(
-    [
-        ("window_start_ms", pa.int64()),
-        ("key", pa.string()),
-        ("events", pa.int64()),
-        ("value_sum", pa.float64()),
-        ("revision", pa.int64()),
-        ("late_events", pa.int64()),
-    ]
-)
+REVISABLE_SCHEMA = pa.schema([*OPEN_SCHEMA, ("revision", pa.int64()), ("late_events", pa.int64())])
 WINDOW_SCHEMA = pa.schema(
     [
         ("window_start", TS_MS),
