@@ -241,21 +241,25 @@ def run_peer(spark, root: Path, landing: Path, settings: PeerSettings) -> Run:
     return Run("baseline", wall, batches, durations)
 
 
+def sweep_sizes(k: int) -> list[int]:
+    """The trigger sizes every sweep tries: ``k``, ``2k`` and ``5k`` files a trigger."""
+    return sorted({k, 2 * k, 5 * k})
+
+
+def timing(run: Run, lines: int) -> dict:
+    """A sweep entry's figures: wall seconds and lines a second."""
+    return {"wall_s": round(run.wall_s, 2), "lines_per_s": round(lines / run.wall_s)}
+
+
 def sweep_peer(spark, root: Path, landing: Path, k: int, lines: int) -> tuple[PeerSettings, list[dict]]:
     """One run of the baseline at each candidate setting; the fastest and every figure."""
     tried = []
-    for files in sorted({k, 2 * k, 5 * k}):
+    for files in sweep_sizes(k):
         for partitions in (2, 4):
             for store in STATE_STORES:
                 settings = PeerSettings(files, partitions, store)
                 run = run_peer(spark, root / f"sweep-{files}-{partitions}-{store}", landing, settings)
-                tried.append(
-                    {
-                        **vars(settings),
-                        "wall_s": round(run.wall_s, 2),
-                        "lines_per_s": round(lines / run.wall_s),
-                    }
-                )
+                tried.append({**vars(settings), **timing(run, lines)})
                 print(f"  peer sweep: {settings.label()}: {run.wall_s:.1f}s ({load_line()})", flush=True)
     best = min(tried, key=lambda t: t["wall_s"])
     return PeerSettings(best["files_per_trigger"], best["shuffle_partitions"], best["state_store"]), tried
@@ -271,16 +275,10 @@ def sweep_tidemark(
     ``2k`` and ``5k`` files a trigger; per mode the fastest, and every figure."""
     tried = []
     for system in systems:
-        for files in sorted({k, 2 * k, 5 * k}):
+        for files in sweep_sizes(k):
             run = run_system(spark, system, root / f"sweep-{system}-{files}", landing, files)
             tried.append(
-                {
-                    "system": system,
-                    "files_per_trigger": files,
-                    "batches": run.batches,
-                    "wall_s": round(run.wall_s, 2),
-                    "lines_per_s": round(lines / run.wall_s),
-                }
+                {"system": system, "files_per_trigger": files, "batches": run.batches, **timing(run, lines)}
             )
             print(
                 f"  tidemark sweep: {system}, {files} files a trigger: {run.wall_s:.1f}s ({load_line()})",
