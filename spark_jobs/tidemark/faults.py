@@ -2,7 +2,8 @@
 
 ``TIDEMARK_KILL_AT="<point>@<batch_id>"`` makes the streaming job SIGKILL itself when it reaches
 ``<point>`` in that micro-batch, e.g. ``after:events@2`` right after batch 2's events commit.
-Points are named ``before:<table>`` and ``after:<table>`` for every table write of a batch.
+Points are named ``before:<table>`` and ``after:<table>`` for every table write of a batch, and
+``files:<table>`` between a large append's Parquet files and their commit (:mod:`tidemark.filecommit`).
 Unset in production; reading one environment variable per write costs nothing measurable.
 """
 

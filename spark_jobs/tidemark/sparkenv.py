@@ -109,6 +109,9 @@ def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[
         **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in PLAIN_ENCODED_COLUMNS},
         # Delta's VACUUM retention check stays on (its default): `tidemark maintain` vacuums within
         # it (tidemark.maintenance).
+        # Timestamps as INT64 microseconds, not Spark's legacy INT96: Parquet keeps no statistics
+        # for INT96, and tidemark.filecommit reads a file's statistics from its footer.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.databricks.delta.stateReconstructionValidation.enabled": "false",
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",

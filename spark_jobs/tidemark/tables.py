@@ -77,6 +77,9 @@ class TableWriter:
         import delta.exceptions  # noqa: F401  (Delta's commit conflicts raised as Python exceptions)
 
         faults.reached(f"before:{table}", batch_id)
+        if mode == "append" and self._append_files(frame, table, batch_id):
+            faults.reached(f"after:{table}", batch_id)
+            return
         writer = (
             frame.write.format("delta")
             .mode(mode)
@@ -95,6 +98,54 @@ class TableWriter:
                 if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
                     raise
         faults.reached(f"after:{table}", batch_id)
+
+    def _append_files(self, frame: DataFrame, table: str, batch_id: int) -> bool:
+        """Append ``frame`` as Parquet files Spark writes and delta-rs commits
+        (:mod:`tidemark.filecommit`); False when that path does not apply (the table's first
+        write, a schema change) and Spark's Delta writer must do it."""
+        from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+
+        from tidemark import filecommit
+
+        path = self.path(table)
+        if not table_exists(path):
+            return False
+        app_id = f"{self.identity.app_id}:{table}"
+        existing = open_table(path)
+        done = existing.transaction_version(app_id)
+        if done is not None and done >= batch_id:
+            return True
+        plan = filecommit.plan(existing, frame)
+        if plan is None:
+            return False
+        directory = filecommit.write_files(frame, path, batch_id)
+        actions = filecommit.add_actions(path, directory, plan)
+        faults.reached(f"files:{table}", batch_id)
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            if attempt > 1:
+                existing = open_table(path)
+                done = existing.transaction_version(app_id)
+                if done is not None and done >= batch_id:
+                    return True
+            try:
+                existing.create_write_transaction(
+                    actions,
+                    mode="append",
+                    schema=existing.schema(),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id, batch_id)],
+                        custom_metadata={"tidemark_batch": str(batch_id)},
+                    ),
+                    # checkpointed below, at Spark's interval rather than delta-rs's
+                    post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+                )
+                break
+            except Exception as exc:
+                if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
+                    raise
+        filecommit.checkpoint_if_due(open_table(path))
+        drop_stale_checksum(path)
+        return True
 
     def write_local(
         self,

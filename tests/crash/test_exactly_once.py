@@ -135,6 +135,36 @@ def test_kills_after_each_write_inside_a_batch_lose_and_duplicate_nothing(spark,
     assert all(w.alignment == 1.0 for w in report.closed), report.table()
 
 
+def test_a_kill_between_a_large_batchs_files_and_their_commit_loses_and_duplicates_nothing(spark, tmp_path):
+    """Batches over COLLECT_MAX_ROWS events append as Parquet files Spark writes and delta-rs
+    commits (tidemark.filecommit). SIGKILL after batch 1's event files are written, before their
+    commit: the restart replays the batch, writes its files again and commits them once; the
+    first attempt's files stay unreferenced (VACUUM's to remove)."""
+    import json
+
+    from tidemark.batch import COLLECT_MAX_ROWS
+
+    config = write_config(tmp_path, name="big", source={"max_files_per_trigger": 4})
+    truth = generate_files(small_scenario(hosts=1000, seed=29), config.source.path)
+    assert truth.unique_events / 3 > COLLECT_MAX_ROWS  # three batches of 4 files, each over it
+    config_path = tmp_path / "big.yaml"
+    code, out = finish(start_job(config_path, kill_at="files:events@1"))
+    assert code == -signal.SIGKILL, f"kill point not reached:\n{out[-3000:]}"
+    events = Path(config.table_path("events"))
+    orphans = {p.name for p in events.glob("tm-1-*")}
+    assert len(orphans) == 1
+    code, out = finish(start_job(config_path))
+    assert code == 0, out[-3000:]
+    committed = set()
+    for log in (events / "_delta_log").glob("*.json"):
+        adds = [json.loads(line)["add"] for line in log.read_text().splitlines() if '"add"' in line]
+        committed |= {a["path"].split("/")[0] for a in adds}
+    assert {d for d in committed if d.startswith("tm-1-")} and not orphans & committed
+    assert_exactly_once(spark, config, truth)
+    report = reconcile(spark, config, config_start(truth, config), config_end(config))
+    assert report.closed and all(w.unexplained == 0 for w in report.closed), report.table()
+
+
 def test_random_kills_then_restart_equal_the_batch_recompute(spark, tmp_path):
     # Its own pipeline, with more and smaller batches than the fixture's (~32 instead of 6): the
     # job got fast enough that the fixture's input was done before the fourth kill 0.5-5 s into
