@@ -22,9 +22,11 @@ name does not start with ``_`` or ``.``, which VACUUM would skip). Readers only 
 files. Two writers of one run racing to commit the same batch are stopped by the same check as
 every delta-rs write of the stream (:meth:`tidemark.tables.TableWriter.write_local`).
 
-:func:`plan` says when this path applies: an append to an existing table whose columns and types
-the frame has exactly, whose protocol delta-rs writes (writer version 2 or lower). Anything else
-(the table's first write, a schema merge, a newer protocol) goes through Spark's Delta writer.
+A table's first append creates it empty through delta-rs (:func:`create_table`, with the table's
+properties), so a pipeline's first batch takes this path too. :func:`plan` says when this path
+applies: an append whose columns and types are the table's exactly, to a table whose protocol
+delta-rs writes (writer version 2 or lower). Anything else (a schema merge, a newer protocol)
+goes through Spark's Delta writer.
 """
 
 from __future__ import annotations
@@ -79,6 +81,23 @@ def plan(table: DeltaTable, frame: DataFrame) -> Plan | None:
     if frame_types != types:
         return None
     return Plan(types, stats_columns(table.metadata().configuration, list(types)))
+
+
+def create_table(path: str, frame: DataFrame, configuration: dict[str, str]) -> bool:
+    """Create the table empty with ``frame``'s columns (all nullable, as Spark's Delta writer
+    makes them) and ``configuration``; False when delta-rs cannot represent a column's type."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        schema = pa.schema([f.with_nullable(True) for f in to_arrow_schema(frame.schema)])
+    except TypeError:  # PySparkTypeError: no Arrow type for a column
+        return False
+    DeltaTable.create(
+        path, schema, mode="ignore", configuration=configuration, storage_options=storage.delta_options(path)
+    )
+    return True
 
 
 def stats_columns(configuration: dict[str, str], columns: list[str]) -> tuple[str, ...]:

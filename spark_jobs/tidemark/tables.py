@@ -101,14 +101,15 @@ class TableWriter:
 
     def _append_files(self, frame: DataFrame, table: str, batch_id: int) -> bool:
         """Append ``frame`` as Parquet files Spark writes and delta-rs commits
-        (:mod:`tidemark.filecommit`); False when that path does not apply (the table's first
-        write, a schema change) and Spark's Delta writer must do it."""
+        (:mod:`tidemark.filecommit`), creating the table first (empty, with its properties) if
+        need be; False when that path does not apply (a schema change, a type delta-rs does not
+        write) and Spark's Delta writer must do it."""
         from deltalake import CommitProperties, PostCommitHookProperties, Transaction
 
         from tidemark import filecommit
 
         path = self.path(table)
-        if not table_exists(path):
+        if not table_exists(path) and not filecommit.create_table(path, frame, self.create_options(table)):
             return False
         app_id = f"{self.identity.app_id}:{table}"
         existing = open_table(path)

@@ -75,34 +75,33 @@ def test_an_append_commits_spark_files_with_the_statistics_spark_would_write(spa
         for writer in (fast, spark_only):
             writer.write(_frame(spark, batch).repartition(2), EVENTS, batch)
     fast_path, spark_path = fast.path(EVENTS), spark_only.path(EVENTS)
-    # The first write creates the table through Spark (its properties); the appends are
-    # files in a directory of their own, committed by delta-rs with the app transaction.
+    # delta-rs creates the table empty (version 0, with the table's properties); every append,
+    # the first included, is files in a directory of their own, committed by delta-rs with the
+    # app transaction. Spark's writer made the other table's versions 0-2, one per batch.
     history = DeltaTable(fast_path).history()
-    assert [("Apache-Spark" in str(c.get("engineInfo", ""))) for c in reversed(history)] == [
-        True,
-        False,
-        False,
-    ]
-    for version, batch in ((1, 1), (2, 2)):
+    assert [c["operation"] for c in reversed(history)] == ["CREATE TABLE", "WRITE", "WRITE", "WRITE"]
+    assert not any("Apache-Spark" in str(c.get("engineInfo", "")) for c in history)
+    table, by_spark = DeltaTable(fast_path), DeltaTable(spark_path)
+    assert table.metadata().configuration == by_spark.metadata().configuration
+    assert pa.schema(table.schema()) == pa.schema(by_spark.schema())
+    app_id = f"{_Identity.app_id}:{EVENTS}"
+    for version, batch in ((1, 0), (2, 1), (3, 2)):
         adds = _adds(fast_path, version)
         assert adds and all(a["path"].startswith(f"tm-{batch}-") for a in adds)
         # Same statistics as Spark's Delta writer computes for the same rows: row counts, null
         # counts, minimum and maximum of every statistics column (timestamps included).
-        assert _stats(adds) == _stats(_adds(spark_path, version))
+        assert _stats(adds) == _stats(_adds(spark_path, batch))
         stats = json.loads(adds[0]["stats"])
         assert set(stats["minValues"]) == set(
             CREATE_OPTIONS[EVENTS]["delta.dataSkippingStatsColumns"].split(",")
         )
-        assert (
-            DeltaTable(fast_path, version=version).transaction_version(f"{_Identity.app_id}:{EVENTS}")
-            == batch
-        )
+        assert DeltaTable(fast_path, version=version).transaction_version(app_id) == batch
     assert _rows(spark, fast_path) == _rows(spark, spark_path)
     # Data skipping works on those statistics: a filter on one batch's event times reads its files.
     one_batch = F.col("event_time").between(1_700_001_000_000, 1_700_001_999_999)
     scanned = spark.read.format("delta").load(fast_path).where(one_batch)
     assert len(scanned.collect()) == 3000
-    assert _files_scanned(scanned) == len(_adds(fast_path, 1)) < len(DeltaTable(fast_path).file_uris())
+    assert _files_scanned(scanned) == len(_adds(fast_path, 2)) < len(DeltaTable(fast_path).file_uris())
 
 
 def _files_scanned(frame) -> int:
@@ -118,7 +117,7 @@ def test_file_commits_checkpoint_the_table_at_sparks_interval(spark, tmp_path):
     for batch in range(11):
         fast.write(_frame(spark, batch, rows=50), EVENTS, batch)
     log = Path(fast.path(EVENTS)) / "_delta_log"
-    # Spark's writer made version 0; the file commits made 1-10 and checkpointed at 10, as Spark
+    # delta-rs created version 0; the file commits made 1-11 and checkpointed at 10, as Spark
     # (every 10 commits) would have; Spark reads the table from that checkpoint.
     assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == [f"{10:020d}.checkpoint.parquet"]
     assert spark.read.format("delta").load(fast.path(EVENTS)).count() == 550
@@ -126,8 +125,12 @@ def test_file_commits_checkpoint_the_table_at_sparks_interval(spark, tmp_path):
 
 def test_a_replayed_append_commits_nothing(spark, tmp_path):
     fast, _ = _writers(tmp_path)
-    fast.write(_frame(spark, 0), EVENTS, 0)
+    # A table Spark's Delta writer created (a pipeline from before file commits), then appended to.
+    legacy = TableWriter(_Config(tmp_path / "fast"), _Identity())
+    legacy._append_files = lambda *args: False  # type: ignore[method-assign]
+    legacy.write(_frame(spark, 0), EVENTS, 0)
     fast.write(_frame(spark, 1), EVENTS, 1)
+    assert all(a["path"].startswith("tm-1-") for a in _adds(fast.path(EVENTS), 1))
     version = DeltaTable(fast.path(EVENTS)).version()
     fast.write(_frame(spark, 1), EVENTS, 1)  # the batch again after a restart
     fast.write(_frame(spark, 0), EVENTS, 0)
@@ -153,11 +156,11 @@ def test_a_crash_between_the_files_and_their_commit_loses_and_duplicates_nothing
         fast.write(_frame(spark, 1), EVENTS, 1)
     path = fast.path(EVENTS)
     orphans = sorted(p.name for p in Path(path).glob("tm-1-*"))
-    assert len(orphans) == 1 and DeltaTable(path).version() == 0  # files written, nothing committed
+    assert len(orphans) == 1 and DeltaTable(path).version() == 1  # files written, nothing committed
     monkeypatch.undo()
     fast.write(_frame(spark, 1), EVENTS, 1)  # the replay after the restart
     assert sorted(_rows(spark, path)) == sorted(_frame(spark, 0).unionByName(_frame(spark, 1)).collect())
-    committed = {a["path"].split("/")[0] for a in _adds(path, 1)}
+    committed = {a["path"].split("/")[0] for a in _adds(path, 2)}
     assert committed and orphans[0] not in committed
     # VACUUM deletes the orphan's files once they are past retention.
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -176,6 +179,6 @@ def test_a_frame_with_other_columns_goes_through_sparks_writer(spark, tmp_path):
     fast.write(wider, EVENTS, 1, options={"mergeSchema": "true"})
     path = fast.path(EVENTS)
     assert "Apache-Spark" in str(DeltaTable(path).history(1)[0].get("engineInfo", ""))
-    assert not list(Path(path).glob("tm-*"))
+    assert not list(Path(path).glob("tm-1-*"))
     names = pa.schema(DeltaTable(path).schema()).names
     assert "extra" in names and spark.read.format("delta").load(path).count() == 6000
