@@ -26,7 +26,8 @@ A table's first append creates it empty through delta-rs (:func:`create_table`, 
 properties), so a pipeline's first batch takes this path too. :func:`plan` says when this path
 applies: an append whose columns and types are the table's exactly, to a table whose protocol
 delta-rs writes (writer version 2 or lower). Anything else (a schema merge, a newer protocol)
-goes through Spark's Delta writer.
+goes through Spark's Delta writer, as does any append to a table on object storage
+(:func:`applies_to`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,13 @@ def plan(table: DeltaTable, frame: DataFrame) -> Plan | None:
     if frame_types != types:
         return None
     return Plan(types, stats_columns(table.metadata().configuration, list(types)))
+
+
+def applies_to(table_path: str) -> bool:
+    """Only where a file system renames cheaply: Spark's plain Parquet writer commits a task's
+    files by renaming them, a copy and a delete per file on S3 (Delta's writer writes them in
+    place), so a table on object storage keeps Spark's Delta writer."""
+    return not storage.is_object_store(table_path)
 
 
 def create_table(path: str, frame: DataFrame, configuration: dict[str, str]) -> bool:

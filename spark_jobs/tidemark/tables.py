@@ -109,6 +109,8 @@ class TableWriter:
         from tidemark import filecommit
 
         path = self.path(table)
+        if not filecommit.applies_to(path):
+            return False
         if not table_exists(path) and not filecommit.create_table(path, frame, self.create_options(table)):
             return False
         app_id = f"{self.identity.app_id}:{table}"
