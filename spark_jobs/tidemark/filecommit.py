@@ -206,15 +206,9 @@ def checkpoint_if_due(table: DeltaTable) -> bool:
 
 
 def _delta_value(value: Any, kind: str) -> Any:
-    if kind == "timestamp":
-        if isinstance(value, int):  # a raw INT64 without a logical type: microseconds
-            value = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=value)
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
+    if kind == "timestamp":  # Spark's TIMESTAMP_MICROS, adjusted to UTC: an aware datetime
         value = value.astimezone(dt.UTC)
         return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
     if kind == "date":
         return value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
     return value

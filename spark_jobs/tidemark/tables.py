@@ -24,7 +24,8 @@ import json
 import os
 import struct
 import zlib
-from typing import TYPE_CHECKING, Any, Literal, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from tidemark import faults, storage
 from tidemark.config import PipelineConfig
@@ -34,8 +35,10 @@ from tidemark.schemas import CREATE_OPTIONS
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
-    from deltalake import DeltaTable
+    from deltalake import CommitProperties, DeltaTable
     from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
 
 
 # Tries of a write whose commit lost to a concurrent change of the table's metadata.
@@ -66,6 +69,24 @@ class TableWriter:
         """Table properties for a table a write creates (ignored when the table exists)."""
         return {**self.config.maintenance.table_properties(), **CREATE_OPTIONS.get(table, {})}
 
+    def app_id(self, table: str) -> str:
+        """The Delta app id of this run's writes to ``table``."""
+        return f"{self.identity.app_id}:{table}"
+
+    def commit_properties(self, table: str, batch_id: int) -> CommitProperties:
+        """A delta-rs commit's app transaction (run, batch) and batch tag."""
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(
+            app_transactions=[Transaction(self.app_id(table), batch_id)],
+            custom_metadata={"tidemark_batch": str(batch_id)},
+        )
+
+    def committed(self, delta: DeltaTable, table: str, batch_id: int) -> bool:
+        """Has this run already committed batch ``batch_id`` (or a later one) to ``delta``?"""
+        done = delta.transaction_version(self.app_id(table))
+        return done is not None and done >= batch_id
+
     def write(
         self,
         frame: DataFrame,
@@ -77,26 +98,18 @@ class TableWriter:
         import delta.exceptions  # noqa: F401  (Delta's commit conflicts raised as Python exceptions)
 
         faults.reached(f"before:{table}", batch_id)
-        if mode == "append" and self._append_files(frame, table, batch_id):
-            faults.reached(f"after:{table}", batch_id)
-            return
-        writer = (
-            frame.write.format("delta")
-            .mode(mode)
-            .option("txnAppId", f"{self.identity.app_id}:{table}")
-            .option("txnVersion", batch_id)
-            .option("userMetadata", json.dumps({"tidemark_batch": batch_id}))
-        )
-        # Table properties for a table this write creates (Delta ignores them on appends).
-        for key, value in {**self.create_options(table), **(options or {})}.items():
-            writer = writer.option(key, value)
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                writer.save(self.path(table))
-                break
-            except Exception as exc:
-                if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
-                    raise
+        if not (mode == "append" and self._append_files(frame, table, batch_id)):
+            writer = (
+                frame.write.format("delta")
+                .mode(mode)
+                .option("txnAppId", self.app_id(table))
+                .option("txnVersion", batch_id)
+                .option("userMetadata", json.dumps({"tidemark_batch": batch_id}))
+            )
+            # Table properties for a table this write creates (Delta ignores them on appends).
+            for key, value in {**self.create_options(table), **(options or {})}.items():
+                writer = writer.option(key, value)
+            retrying(lambda: writer.save(self.path(table)))
         faults.reached(f"after:{table}", batch_id)
 
     def _append_files(self, frame: DataFrame, table: str, batch_id: int) -> bool:
@@ -104,19 +117,19 @@ class TableWriter:
         (:mod:`tidemark.filecommit`), creating the table first (empty, with its properties) if
         need be; False when that path does not apply (a schema change, a type delta-rs does not
         write) and Spark's Delta writer must do it."""
-        from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+        from deltalake import PostCommitHookProperties
 
         from tidemark import filecommit
 
         path = self.path(table)
         if not filecommit.applies_to(path):
             return False
-        if not table_exists(path) and not filecommit.create_table(path, frame, self.create_options(table)):
-            return False
-        app_id = f"{self.identity.app_id}:{table}"
-        existing = open_table(path)
-        done = existing.transaction_version(app_id)
-        if done is not None and done >= batch_id:
+        existing = open_if_exists(path)
+        if existing is None:
+            if not filecommit.create_table(path, frame, self.create_options(table)):
+                return False
+            existing = open_table(path)
+        if self.committed(existing, table, batch_id):
             return True
         plan = filecommit.plan(existing, frame)
         if plan is None:
@@ -124,29 +137,22 @@ class TableWriter:
         directory = filecommit.write_files(frame, path, batch_id)
         actions = filecommit.add_actions(path, directory, plan)
         faults.reached(f"files:{table}", batch_id)
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            if attempt > 1:
-                existing = open_table(path)
-                done = existing.transaction_version(app_id)
-                if done is not None and done >= batch_id:
-                    return True
-            try:
+
+        def commit() -> None:
+            existing.update_incremental()  # a retry after a concurrent metadata change
+            if not self.committed(existing, table, batch_id):
                 existing.create_write_transaction(
                     actions,
                     mode="append",
                     schema=existing.schema(),
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id, batch_id)],
-                        custom_metadata={"tidemark_batch": str(batch_id)},
-                    ),
+                    commit_properties=self.commit_properties(table, batch_id),
                     # checkpointed below, at Spark's interval rather than delta-rs's
                     post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
                 )
-                break
-            except Exception as exc:
-                if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
-                    raise
-        filecommit.checkpoint_if_due(open_table(path))
+
+        retrying(commit)
+        existing.update_incremental()
+        filecommit.checkpoint_if_due(existing)
         drop_stale_checksum(path)
         return True
 
@@ -161,36 +167,42 @@ class TableWriter:
         """Idempotent delta-rs write of a driver-side frame; returns the table version after it.
 
         ``merge_schema`` lets an append add columns (tables written before a column existed)."""
-        from deltalake import CommitProperties, Transaction
-
         faults.reached(f"before:{table}", batch_id)
         path = self.path(table)
-        app_id = f"{self.identity.app_id}:{table}"
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            if table_exists(path):
-                existing = open_table(path)
-                done = existing.transaction_version(app_id)
-                if done is not None and done >= batch_id:
-                    return existing.version()
-            try:
-                write_rs(
-                    path,
-                    data,
-                    mode=mode,
-                    # Table properties for a table this write creates (ignored by delta-rs otherwise).
-                    configuration=self.create_options(table),
-                    schema_mode="overwrite" if mode == "overwrite" else ("merge" if merge_schema else None),
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id, batch_id)],
-                        custom_metadata={"tidemark_batch": str(batch_id)},
-                    ),
-                )
-                break
-            except Exception as exc:
-                if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
-                    raise
+
+        def write() -> int | None:
+            """The version when the batch is already committed, else None after writing it."""
+            existing = open_if_exists(path)
+            if existing is not None and self.committed(existing, table, batch_id):
+                return existing.version()
+            write_rs(
+                path,
+                data,
+                mode=mode,
+                # Table properties for a table this write creates (ignored by delta-rs otherwise).
+                configuration=self.create_options(table),
+                schema_mode="overwrite" if mode == "overwrite" else ("merge" if merge_schema else None),
+                commit_properties=self.commit_properties(table, batch_id),
+            )
+            return None
+
+        already = retrying(write)
+        if already is not None:
+            return already
         faults.reached(f"after:{table}", batch_id)
         return open_table(path).version()
+
+
+def retrying(commit: Callable[[], T]) -> T:
+    """``commit()``, tried again (:data:`WRITE_ATTEMPTS` in all) while it fails because a
+    concurrent commit changed the table's metadata; its result."""
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return commit()
+        except Exception as exc:
+            if attempt == WRITE_ATTEMPTS or not metadata_changed(exc):
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def write_rs(path: str, data, **options) -> None:
@@ -252,6 +264,16 @@ def open_table(path: str, version: int | None = None) -> DeltaTable:
     from deltalake import DeltaTable
 
     return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
+
+
+def open_if_exists(path: str) -> DeltaTable | None:
+    """:func:`open_table`, or None when there is no table at ``path`` (one read of the log)."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return open_table(path)
+    except TableNotFoundError:
+        return None
 
 
 def table_exists(path: str) -> bool:
