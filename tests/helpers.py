@@ -246,3 +246,9 @@ def kafka_pipeline(root: Path, kafka, topic: str, name: str = "kfk"):
     published = publish_scenario(scenario, kafka.bootstrap, topic)
     assert published.lines == truth.lines
     return scenario, config, oracle_config, truth
+
+
+def commit_adds(table_path: str | Path, version: int) -> list[dict]:
+    """The add actions of commit ``version`` in a Delta table's log (its JSON, read directly)."""
+    log = Path(table_path) / "_delta_log" / f"{version:020d}.json"
+    return [json.loads(line)["add"] for line in log.read_text().splitlines() if '"add"' in line]

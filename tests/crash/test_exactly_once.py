@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, kafka_pipeline, small_scenario, write_config
+from helpers import assert_exactly_once, commit_adds, kafka_pipeline, small_scenario, write_config
 
 from tidemark.config import load_config
 from tidemark.generator import generate_files
@@ -140,8 +140,6 @@ def test_a_kill_between_a_large_batchs_files_and_their_commit_loses_and_duplicat
     commits (tidemark.filecommit). SIGKILL after batch 1's event files are written, before their
     commit: the restart replays the batch, writes its files again and commits them once; the
     first attempt's files stay unreferenced (VACUUM's to remove)."""
-    import json
-
     from tidemark.batch import COLLECT_MAX_ROWS
 
     config = write_config(tmp_path, name="big", source={"max_files_per_trigger": 4})
@@ -157,8 +155,7 @@ def test_a_kill_between_a_large_batchs_files_and_their_commit_loses_and_duplicat
     assert code == 0, out[-3000:]
     committed = set()
     for log in (events / "_delta_log").glob("*.json"):
-        adds = [json.loads(line)["add"] for line in log.read_text().splitlines() if '"add"' in line]
-        committed |= {a["path"].split("/")[0] for a in adds}
+        committed |= {a["path"].split("/")[0] for a in commit_adds(events, int(log.stem))}
     assert {d for d in committed if d.startswith("tm-1-")} and not orphans & committed
     assert_exactly_once(spark, config, truth)
     report = reconcile(spark, config, config_start(truth, config), config_end(config))

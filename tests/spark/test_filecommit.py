@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from helpers import commit_adds
 from pyspark.sql import functions as F
 
 from tidemark import faults
@@ -55,12 +56,6 @@ def _writers(tmp_path):
     return fast, spark_only
 
 
-def _adds(path: str, version: int) -> list[dict]:
-    """The add actions of commit ``version`` of the table at ``path``."""
-    log = Path(path) / "_delta_log" / f"{version:020d}.json"
-    return [json.loads(line)["add"] for line in log.read_text().splitlines() if '"add"' in line]
-
-
 def _stats(adds: list[dict]) -> list[dict]:
     return sorted((json.loads(a["stats"]) for a in adds), key=lambda s: json.dumps(s, sort_keys=True))
 
@@ -86,11 +81,11 @@ def test_an_append_commits_spark_files_with_the_statistics_spark_would_write(spa
     assert pa.schema(table.schema()) == pa.schema(by_spark.schema())
     app_id = f"{_Identity.app_id}:{EVENTS}"
     for version, batch in ((1, 0), (2, 1), (3, 2)):
-        adds = _adds(fast_path, version)
+        adds = commit_adds(fast_path, version)
         assert adds and all(a["path"].startswith(f"tm-{batch}-") for a in adds)
         # Same statistics as Spark's Delta writer computes for the same rows: row counts, null
         # counts, minimum and maximum of every statistics column (timestamps included).
-        assert _stats(adds) == _stats(_adds(spark_path, batch))
+        assert _stats(adds) == _stats(commit_adds(spark_path, batch))
         stats = json.loads(adds[0]["stats"])
         assert set(stats["minValues"]) == set(
             CREATE_OPTIONS[EVENTS]["delta.dataSkippingStatsColumns"].split(",")
@@ -101,7 +96,7 @@ def test_an_append_commits_spark_files_with_the_statistics_spark_would_write(spa
     one_batch = F.col("event_time").between(1_700_001_000_000, 1_700_001_999_999)
     scanned = spark.read.format("delta").load(fast_path).where(one_batch)
     assert len(scanned.collect()) == 3000
-    assert _files_scanned(scanned) == len(_adds(fast_path, 2)) < len(DeltaTable(fast_path).file_uris())
+    assert _files_scanned(scanned) == len(commit_adds(fast_path, 2)) < len(DeltaTable(fast_path).file_uris())
 
 
 def _files_scanned(frame) -> int:
@@ -130,7 +125,7 @@ def test_a_replayed_append_commits_nothing(spark, tmp_path):
     legacy._append_files = lambda *args: False  # type: ignore[method-assign]
     legacy.write(_frame(spark, 0), EVENTS, 0)
     fast.write(_frame(spark, 1), EVENTS, 1)
-    assert all(a["path"].startswith("tm-1-") for a in _adds(fast.path(EVENTS), 1))
+    assert all(a["path"].startswith("tm-1-") for a in commit_adds(fast.path(EVENTS), 1))
     version = DeltaTable(fast.path(EVENTS)).version()
     fast.write(_frame(spark, 1), EVENTS, 1)  # the batch again after a restart
     fast.write(_frame(spark, 0), EVENTS, 0)
@@ -160,7 +155,7 @@ def test_a_crash_between_the_files_and_their_commit_loses_and_duplicates_nothing
     monkeypatch.undo()
     fast.write(_frame(spark, 1), EVENTS, 1)  # the replay after the restart
     assert sorted(_rows(spark, path)) == sorted(_frame(spark, 0).unionByName(_frame(spark, 1)).collect())
-    committed = {a["path"].split("/")[0] for a in _adds(path, 2)}
+    committed = {a["path"].split("/")[0] for a in commit_adds(path, 2)}
     assert committed and orphans[0] not in committed
     # VACUUM deletes the orphan's files once they are past retention.
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")

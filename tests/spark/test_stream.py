@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    commit_adds,
     oracle_good_records,
     oracle_window_counts,
     small_scenario,
@@ -215,8 +216,7 @@ def test_large_batches_are_written_by_spark_with_the_same_result(spark, tmp_path
         assert first["operation"] == "CREATE TABLE" and appends, table
         for commit in appends:
             assert "Apache-Spark" not in str(commit.get("engineInfo", "")), table
-            log = path / "_delta_log" / f"{commit['version']:020d}.json"
-            adds = [json.loads(line)["add"] for line in log.read_text().splitlines() if '"add"' in line]
+            adds = commit_adds(path, commit["version"])
             assert adds and all(a["path"].startswith("tm-") for a in adds), table
     assert events.metadata().configuration["delta.dataSkippingStatsColumns"] == EVENTS_STATS_COLUMNS
     assert events.to_pyarrow_dataset().count_rows() == truth.unique_events
