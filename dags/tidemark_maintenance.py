@@ -38,8 +38,12 @@ for pipeline in configured_pipelines():
     with DAG(
         dag_id=f"tidemark_maintenance__{pipeline.name}",
         description=f"Compaction, VACUUM and log cleanup of {pipeline.name}'s Delta tables",
-        # no start_date: the first run is the next scheduled time, not one at deployment
-        schedule=CronTriggerTimetable(pipeline.config.maintenance.schedule, timezone="UTC"),
+        # no start_date: the first run is the next scheduled time, not one at deployment (the
+        # default run_immediately=False still runs a scheduled time passed less than a tenth of
+        # the period ago; a zero timedelta never does)
+        schedule=CronTriggerTimetable(
+            pipeline.config.maintenance.schedule, timezone="UTC", run_immediately=timedelta(0)
+        ),
         catchup=False,
         max_active_runs=1,
         default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "owner": "tidemark"},

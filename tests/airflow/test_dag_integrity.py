@@ -19,20 +19,17 @@ def refuse(*a, **k):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 from airflow.dag_processing.dagbag import DagBag
-from airflow.serialization.encoders import coerce_to_core_timetable
-from airflow.timetables.base import TimeRestriction
+from airflow.serialization.serialized_objects import LazyDeserializedDAG
 bag = DagBag(dag_folder=sys.argv[1])
 
 def scheduled_intervals(dag, count=2):
-    # the data intervals of the first runs the scheduler creates from start_date (catchup)
-    timetable, last, out = coerce_to_core_timetable(dag.timetable), None, []
+    # the first runs the scheduler creates, as it computes them (DagModel.calculate_dagrun_date_fields):
+    # the serialized DAG's next_dagrun_info under its own start date, end date and catchup
+    serialized, last, out = LazyDeserializedDAG.from_dag(dag), None, []
     for _ in range(count):
-        info = timetable.next_dagrun_info(
-            last_automated_data_interval=last,
-            restriction=TimeRestriction(earliest=dag.start_date, latest=None, catchup=True),
-        )
-        last = info.data_interval
-        out.append([last.start.isoformat(), last.end.isoformat(), info.run_after.isoformat()])
+        last = serialized.next_dagrun_info(last_automated_run_info=last)
+        out.append([last.data_interval.start.isoformat(), last.data_interval.end.isoformat(),
+                    last.run_after.isoformat()])
     return out
 
 dags = {}
@@ -89,7 +86,9 @@ def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipeli
         airflow={"spark_pool": "spark_orders", "spark_pool_slots": 1},
         maintenance={"schedule": "0 2 * * 0"},
     )
+    before = datetime.now(UTC)
     result = parse_dags()
+    after = datetime.now(UTC)
     assert result["errors"] == {}
     assert result["heavy"] == []
     kinds = [
@@ -133,14 +132,16 @@ def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipeli
     assert (maintenance["max_active_runs"], maintenance["catchup"]) == (1, False)
     assert maintenance["pools"] == {"maintain": "spark"}
     assert "maintenance" in maintenance["tags"]
-    # (no start date: the first run is the next scheduled time after the DAG appears)
+    # (no start date: the first run is the next scheduled time after the DAG appears, at whatever
+    # time of day the test runs; Airflow's default would run 03:30 at once if it appeared before 05:54)
     first, second = (datetime.fromisoformat(i[2]) for i in maintenance["intervals"])
     assert (first.hour, first.minute, second - first) == (3, 30, timedelta(days=1))
-    assert datetime.now(UTC) < first <= datetime.now(UTC) + timedelta(days=1)
+    assert before < first <= after + timedelta(days=1)
     first, second = (
         datetime.fromisoformat(i[2]) for i in result["dags"]["tidemark_maintenance__orders"]["intervals"]
     )
     assert (first.isoweekday(), first.hour, second - first) == (7, 2, timedelta(days=7))
+    assert before < first <= after + timedelta(days=7)
     assert result["dags"]["tidemark_maintenance__orders"]["pools"] == {"maintain": "spark_orders"}
 
 
