@@ -72,10 +72,11 @@ def result_header(bench: str, args) -> dict:
 
 
 def write_results(bench: str, args, **figures) -> Path:
-    """``bench/results/<bench>-<UTC date>.json``: the header and the figures; prints its path."""
+    """``bench/results/<bench>-<UTC date>[-<tag>].json``: the header and the figures; prints its path."""
     RESULTS.mkdir(exist_ok=True)
     header = result_header(bench, args)
-    out = RESULTS / f"{bench}-{header['date'][:10]}.json"
+    tag = getattr(args, "tag", "")  # a variant kept beside the untagged runs (report: NAME@TAG)
+    out = RESULTS / f"{bench}-{header['date'][:10]}{'-' + tag if tag else ''}.json"
     out.write_text(json.dumps({**header, **figures}, indent=1))
     print(f"\nraw results: {out}")
     return out

@@ -16,7 +16,10 @@ While it is written, two streaming queries per regime read the same landing dire
   its batch's write.
 
 Per system and regime: median and p99 of ``commit time - window end`` over the windows it
-closed, and how many it closed. The queries stop ``--grace`` after the last file. Markdown;
+closed, and how many it closed. A first row per regime is the floor the records themselves set
+(:func:`definition_floor`): for each window end, when the file that lets the ⌈0.999·N⌉-th host
+pass it landed. No precise watermark fed only these files can close a window earlier; Tidemark's
+latency above it is the trigger's wait and the batch. The queries stop ``--grace`` after the last file. Markdown;
 nothing is asserted. Work directory: ``var/bench/latency``.
 """
 
@@ -48,9 +51,9 @@ from benchlib import (
 from tidemark import revisions
 from tidemark import schemas as S
 from tidemark import tables as T
-from tidemark.generator import generate_live
+from tidemark.generator import generate_live, read_manifest
 from tidemark.stream import start_stream
-from tidemark.timeutil import parse_duration_ms
+from tidemark.timeutil import parse_duration_ms, parse_instant_ms
 
 TARGET = 0.999
 
@@ -78,6 +81,44 @@ def start_baseline(spark, landing: Path, out: Path, trigger_ms: int, delay_s: in
         .trigger(processingTime=f"{trigger_ms} milliseconds")
         .start()
     )
+
+
+def definition_floor(landing: Path, hosts: int, ends_ms: list[int], precision: float = TARGET):
+    """When the landed records first allow a precise watermark to pass each window end.
+
+    A host passes ``W`` when a record (or heartbeat) with event time ≥ ``W`` has landed; its
+    file's landing time is the file's mtime (live files are written when their span has passed).
+    The window ending at ``W`` may close once ⌈precision·hosts⌉ hosts have passed it: the floor is
+    that host's landing time. Returns ``(ends, floors)`` for the ends some file allows."""
+    import json
+    import math
+
+    host, event_time, landed = [], [], []
+    for path in sorted(landing.glob("part-*.jsonl")):
+        at = int(path.stat().st_mtime * 1000)
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                h, et = record["host"], int(record["event_time"])
+            except (ValueError, KeyError, TypeError):
+                continue  # malformed lines move no host
+            host.append(h)
+            event_time.append(et)
+            landed.append(at)
+    codes = {h: i for i, h in enumerate(sorted(set(host)))}
+    host_code = np.array([codes[h] for h in host])
+    event_time_ms, landed_ms = np.array(event_time), np.array(landed)
+    k = math.ceil(precision * hosts)
+    ends, floors = [], []
+    for end in ends_ms:
+        passed = event_time_ms >= end
+        first = np.full(len(codes), np.iinfo(np.int64).max)
+        np.minimum.at(first, host_code[passed], landed_ms[passed])
+        first = np.sort(first[first < np.iinfo(np.int64).max])
+        if len(first) >= k:
+            ends.append(end)
+            floors.append(first[k - 1])
+    return np.array(ends), np.array(floors)
 
 
 def latency_row(
@@ -141,6 +182,7 @@ def main() -> None:
         "--heartbeat-every", default="0s", help="each host's collector heartbeat interval (0s: none)"
     )
     parser.add_argument("--no-results", action="store_true", help="write no results file")
+    parser.add_argument("--tag", default="", help="results file latency-<date>-TAG.json (a variant)")
     parser.add_argument("--grace", default="3m", help="how long the queries run after the last file")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "latency")
     args = parser.parse_args()
@@ -217,6 +259,15 @@ def main() -> None:
             newest = revisions.latest(windows)
             newest_end = T.epoch_ms(newest["window_end"])
             tidemark_events = newest.assign(end=newest_end).groupby("end")["events"].sum().to_dict()
+        live = read_manifest(root / "landing")["scenario"]  # its start is when it was written
+        start = parse_instant_ms(live["start"])
+        window_ends = list(range(-(-start // 60_000) * 60_000, start + s.minutes * 60_000 + 1, 60_000))
+        # the windows Tidemark closed, so both rows describe the same windows
+        floor_ends, floors = definition_floor(
+            root / "landing", s.hosts, [int(e) for e in ends] if len(ends) else window_ends
+        )
+        system = "floor: the landed records alone (any precise 0.999 watermark)"
+        rows.append(latency_row(label, system, floor_ends, floors, s.minutes))
         rows.append(latency_row(label, "Tidemark, precise 0.999", ends, commits, s.minutes))
         for delay in delays:
             ends, commits = np.array([]), np.array([])

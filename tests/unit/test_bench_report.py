@@ -61,3 +61,24 @@ def test_the_check_does_not_depend_on_what_git_knows_of_the_measured_commit(monk
     stale = report.regenerate(docs)
     assert stale != fresh
     assert report.without_staleness(stale) == report.without_staleness(fresh)
+
+
+def test_a_tagged_run_has_its_own_block_and_never_stands_for_the_untagged_one(tmp_path, monkeypatch):
+    report = _report()
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(report, "RESULTS", results)
+    for name in (
+        "latency-2026-11-25.json",
+        "latency-2026-11-26-no-heartbeats.json",  # newer, but a variant
+        "latency-2026-11-25-no-heartbeats.json",
+        "latency_other-2026-11-27.json",  # another bench sharing the prefix
+        "soak-2026-11-25T0959.jsonl",
+        "soak-2026-11-25T1255.jsonl",
+    ):
+        (results / name).write_text("{}")
+    assert report.newest("latency").name == "latency-2026-11-25.json"
+    assert report.newest("latency@no-heartbeats").name == "latency-2026-11-26-no-heartbeats.json"
+    assert report.newest("soak").name == "soak-2026-11-25T1255.jsonl"
+    with pytest.raises(SystemExit, match="no results for latency@hb"):
+        report.newest("latency@hb")
