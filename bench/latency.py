@@ -19,8 +19,8 @@ Per system and regime: median and p99 of ``commit time - window end`` over the w
 closed, and how many it closed. A first row per regime is the floor the records themselves set
 (:func:`definition_floor`): for each window end, when the file that lets the ⌈0.999·N⌉-th host
 pass it landed. No precise watermark fed only these files can close a window earlier; Tidemark's
-latency above it is the trigger's wait and the batch. The queries stop ``--grace`` after the last file. Markdown;
-nothing is asserted. Work directory: ``var/bench/latency``.
+latency above it is the trigger's wait and the batch. The queries stop ``--grace`` after the last
+file. Markdown; nothing is asserted. Work directory: ``var/bench/latency``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
 A generated block sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in
 docs/benchmarks.md (or README.md). ``NAME`` is a bench script: the block is that script's
 ``render()`` of its newest results file (``bench/results/NAME-<date>.json``, or ``.jsonl`` for the
-soak; ``NAME@TAG`` takes ``NAME-<date>-TAG.json``, a run written with the script's ``--tag``), the same tables the script printed when it ran, preceded by where they come from: the
+soak; ``NAME@TAG`` takes ``NAME-<date>-TAG.json``, a run written with the script's ``--tag``),
+the same tables the script printed when it ran, preceded by where they come from: the
 file, the commit it measured, the date and the machine's load. When ``spark_jobs/`` changed after
 that commit, the block says so, so no figure reads as newer than the code it describes.
 ``--check`` (run by the unit tests) compares the blocks without that sentence, which moves with
