@@ -91,7 +91,8 @@ def definition_floor(landing: Path, hosts: int, ends_ms: list[int], precision: f
     The window ending at ``W`` may close once ⌈precision·hosts⌉ hosts have passed it: the floor is
     that host's landing time. Returns ``(ends, floors)`` for the ends some file allows."""
     import json
-    import math
+
+    from tidemark.watermark import required_hosts
 
     host, event_time, landed = [], [], []
     for path in sorted(landing.glob("part-*.jsonl")):
@@ -105,19 +106,19 @@ def definition_floor(landing: Path, hosts: int, ends_ms: list[int], precision: f
             host.append(h)
             event_time.append(et)
             landed.append(at)
-    codes = {h: i for i, h in enumerate(sorted(set(host)))}
-    host_code = np.array([codes[h] for h in host])
+    names, host_code = np.unique(np.array(host), return_inverse=True)
     event_time_ms, landed_ms = np.array(event_time), np.array(landed)
-    k = math.ceil(precision * hosts)
+    k = required_hosts(hosts, precision)  # the watermark's own ⌈q·N⌉
+    never = np.iinfo(np.int64).max
     ends, floors = [], []
     for end in ends_ms:
         passed = event_time_ms >= end
-        first = np.full(len(codes), np.iinfo(np.int64).max)
+        first = np.full(len(names), never)  # each host's first landing past `end`
         np.minimum.at(first, host_code[passed], landed_ms[passed])
-        first = np.sort(first[first < np.iinfo(np.int64).max])
+        first = first[first < never]
         if len(first) >= k:
             ends.append(end)
-            floors.append(first[k - 1])
+            floors.append(np.partition(first, k - 1)[k - 1])  # the k-th host to pass it
     return np.array(ends), np.array(floors)
 
 
