@@ -65,9 +65,14 @@ def jvm_options() -> str:
 
 
 def jvm_conf() -> dict[str, str]:
-    """The driver's and executors' JVM options; spark-submit must pass the driver's itself."""
+    """The driver's and executors' JVM options; spark-submit must pass the driver's itself. The
+    driver's add its class-data-sharing archive when set-up made one for this JVM
+    (:mod:`tidemark.jvmarchive`)."""
+    from tidemark.jvmarchive import driver_options
+
     options = jvm_options()
-    return {"spark.driver.extraJavaOptions": options, "spark.executor.extraJavaOptions": options}
+    driver = f"{options} {driver_options()}".strip()
+    return {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": options}
 
 
 def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[str, str]:

@@ -39,9 +39,11 @@ def _env(java_home: Path) -> dict[str, str]:
 
 
 def _setup(java_home: Path) -> subprocess.CompletedProcess:
+    # Without training a class archive for that Java (a minute's demo; tests/spark/test_jvm_archive.py
+    # checks the archive set-up trains for the machine's Java).
     return subprocess.run(
         [str(REPO / "scripts" / "setup.sh")],
-        env=_env(java_home),
+        env={**_env(java_home), "TIDEMARK_JVM_ARCHIVE": "off"},
         cwd=REPO,
         capture_output=True,
         text=True,

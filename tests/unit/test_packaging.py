@@ -67,6 +67,7 @@ def test_a_driver_importing_tidemark_from_the_archive_renders_the_report(tmp_pat
 
 def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path, monkeypatch):
     monkeypatch.setenv("TIDEMARK_JVM_OPTIONS", " -XX:TieredStopAtLevel=1 ")
+    monkeypatch.setenv("TIDEMARK_JVM_ARCHIVE", "off")  # the class archive: its own test below
     shipped = archive.code_archive(tmp_path)
     command = packaging.spark_submit_command(
         "stream_job.py",
@@ -98,9 +99,41 @@ def test_jvm_options_are_the_huge_methods_flag_unless_the_environment_adds_some(
     from tidemark.sparkenv import jvm_conf
 
     monkeypatch.delenv("TIDEMARK_JVM_OPTIONS", raising=False)
+    monkeypatch.setenv("TIDEMARK_JVM_ARCHIVE", "off")
     assert set(jvm_conf().values()) == {"-XX:-DontCompileHugeMethods"}
     monkeypatch.setenv("TIDEMARK_JVM_OPTIONS", "  ")
     assert set(jvm_conf().values()) == {"-XX:-DontCompileHugeMethods"}
+
+
+def test_the_driver_maps_the_class_archive_made_for_its_jvm_and_class_path(tmp_path, monkeypatch):
+    from tidemark import jvmarchive
+    from tidemark.sparkenv import jvm_conf
+
+    monkeypatch.delenv("TIDEMARK_JVM_OPTIONS", raising=False)
+    monkeypatch.delenv("TIDEMARK_JVM_ARCHIVE", raising=False)
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.setenv("TIDEMARK_JARS_DIR", str(tmp_path))
+    path = jvmarchive.archive_path()
+    assert path is not None and path.parent == tmp_path / "jvm"
+    assert jvm_conf()["spark.driver.extraJavaOptions"] == "-XX:-DontCompileHugeMethods"  # none yet
+    path.parent.mkdir()
+    path.write_bytes(b"archive")
+    conf = jvm_conf()
+    assert conf["spark.driver.extraJavaOptions"] == (
+        f"-XX:-DontCompileHugeMethods -XX:SharedArchiveFile={path} {jvmarchive.QUIET}"
+    )
+    assert conf["spark.executor.extraJavaOptions"] == "-XX:-DontCompileHugeMethods"  # workers: not theirs
+    # Another class path in front of Spark's jars, or another JVM: another archive, not this one.
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))
+    assert jvmarchive.archive_path() != path
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    fake_home = tmp_path / "jdk"
+    (fake_home / "bin").mkdir(parents=True)
+    (fake_home / "bin" / "java").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(fake_home))
+    assert jvmarchive.archive_path() not in (None, path)
+    monkeypatch.setenv("TIDEMARK_JVM_ARCHIVE", "off")
+    assert jvmarchive.archive_path() is None and jvmarchive.driver_options() == ""
 
 
 def test_submit_refuses_an_unknown_job_with_one_line(capsys):
