@@ -62,7 +62,9 @@ def installed(tmp_path_factory):
     constraints.write_text(re.sub(r"\[[a-z,]+\]", "", (REPO / "requirements.txt").read_text()))
     python = str(venv / "bin" / "python")
     subprocess.run(
-        [python, "-m", "pip", "install", "-q", f"{wheel}[airflow]", "-c", str(constraints)],
+        # --no-compile: the deployer's pip also byte-compiles every installed module up front (some
+        # 20,000 files here); Python compiles the ones a run imports as it imports them.
+        [python, "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[airflow]", "-c", str(constraints)],
         check=True,
         cwd=root,
     )
