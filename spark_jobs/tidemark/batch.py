@@ -21,8 +21,6 @@ benchmarks; their names are stable.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
 import json
 import time
@@ -69,29 +67,6 @@ __all__ = ["COLLECT_MAX_ROWS", "BatchProcessor", "BatchSummary", "PipelineState"
 COLLECT_MAX_ROWS = 10_000
 # Batch summaries a processor keeps in memory (the benchmarks and the demo read them).
 SUMMARIES_KEPT = 10_000
-
-
-def _libc_malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-_MALLOC_TRIM = _libc_malloc_trim()
-
-
-def release_free_memory() -> None:
-    """Hand the memory the driver's allocators hold free back to the OS: Arrow's pool (mimalloc
-    keeps what a batch freed, ``release_unused``) and glibc's heaps (``malloc_trim``). A batch's
-    peak is transient, but without this the stream's RSS keeps its highest peak for good: the soak
-    benchmark's driver rose from ~310 to ~560 MiB within five minutes of the first maintenance run
-    while Python's objects, Arrow's pool and glibc's memory in use stayed flat (docs/benchmarks.md).
-    Costs ~1-10 ms."""
-    pa.default_memory_pool().release_unused()
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def _empty_open() -> pd.DataFrame:
@@ -355,7 +330,6 @@ class BatchProcessor:
         )
         self._state = new_state
         self._report(summary)
-        release_free_memory()
         if self.between_batches is not None:
             self.between_batches(now_ms())
 
