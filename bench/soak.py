@@ -7,8 +7,11 @@ A live generator (``tidemark generate --live``, its own process) lands a file ev
 ``--file-span`` seconds; the stream runs in this process with the pipeline's 10 s processing-time
 trigger. Every ``--sample-every`` seconds one sample: the batches since the last sample (count,
 median and worst batch time), per table the live files (delta-rs), the ``_delta_log`` files and
-bytes, and the commits since the last checkpoint; the driver JVM's heap used after a full GC
-(``System.gc()`` through py4j, then the memory MXBean), the JVM's and Python's RSS. With
+bytes, and the commits since the last checkpoint, read by a monitor process of its own (reading
+Delta logs in the stream's process would count the reader's memory as the stream's); the driver
+JVM's heap used after a full GC (``System.gc()`` through py4j, then the memory MXBean), the JVM's
+and Python's RSS, and where the Python RSS is: glibc's heap (``mallinfo2``: in use and free over
+all arenas), Arrow's pool, Python objects, threads. With
 ``--maintain-every N`` (minutes), ``tidemark maintain`` runs against the pipeline every N minutes
 from ``--maintain-from`` minutes on, in its own process, while the stream runs, as the
 maintenance DAG would. Samples go to ``bench/results/soak-<UTC start>.jsonl`` as they are
@@ -18,7 +21,10 @@ taken; at the end a markdown table per ``--table-every`` minutes. Nothing is ass
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -76,6 +82,43 @@ def table_stats(path: str) -> dict:
         "log_bytes": sum(sizes),
         "version": version,
         "since_checkpoint": version - checkpoint,
+    }
+
+
+def all_table_stats(paths: dict[str, str]) -> dict:
+    return {name: table_stats(path) for name, path in paths.items()}
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+            "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def allocator_mb() -> dict:
+    """This process's allocations: glibc (over all arenas; mmapped chunks apart), Arrow's pool,
+    Python's objects and threads."""
+    import pyarrow
+
+    out: dict = {
+        "arrow_pool_mb": round(pyarrow.total_allocated_bytes() / 2**20, 1),
+        "py_objects": len(gc.get_objects()),
+        "threads": threading.active_count(),
+    }
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):  # not glibc ≥ 2.33
+        return out
+    return {
+        **out,
+        "glibc_in_use_mb": round((info.uordblks + info.hblkhd) / 2**20, 1),
+        "glibc_free_mb": round(info.fordblks / 2**20, 1),
     }
 
 
@@ -159,6 +202,9 @@ def main() -> None:
     seen = 0
     samples = list(previous)
     header = result_header("soak", args)
+    # The monitor: a process of its own (spawned, not forked from a process holding a JVM gateway).
+    monitor = multiprocessing.get_context("spawn").Pool(1)
+    paths = {t: config.table_path(t) for t in TABLES}
     with out.open("a" if args.resume else "w") as sink:
         sink.write(json.dumps({**header, "restart": True} if args.resume else header) + "\n")
         try:
@@ -192,7 +238,8 @@ def main() -> None:
                     "heap_after_gc_mb": round(heap_after_gc_mb(spark), 1),
                     "jvm_rss_mb": round(rss_kb(pid)[0] / 1024, 1),
                     "py_rss_mb": round(rss_kb()[0] / 1024, 1),
-                    "tables": {t: table_stats(config.table_path(t)) for t in TABLES},
+                    **allocator_mb(),
+                    "tables": monitor.apply(all_table_stats, (paths,)),
                     "maintenance": maintenance,
                     "load": load_line(),
                 }
@@ -210,6 +257,7 @@ def main() -> None:
                     flush=True,
                 )
         finally:
+            monitor.terminate()
             query.stop()
             os.killpg(gen.pid, signal.SIGTERM)
             if maint is not None:
@@ -259,6 +307,8 @@ def summary_table(samples: list[dict], every: int) -> str:
                 f"{last['heap_after_gc_mb']:.0f}",
                 f"{last['jvm_rss_mb']:.0f}",
                 f"{last['py_rss_mb']:.0f}",
+                f"{last['glibc_in_use_mb']:.0f}" if "glibc_in_use_mb" in last else "",
+                f"{last['glibc_free_mb']:.0f}" if "glibc_free_mb" in last else "",
                 sum(1 for s in group if s["maintenance"]),
             ]
         )
@@ -276,6 +326,8 @@ def summary_table(samples: list[dict], every: int) -> str:
         "heap after GC (MiB)",
         "JVM RSS (MiB)",
         "Python RSS (MiB)",
+        "glibc heap in use (MiB)",
+        "glibc heap free (MiB)",
         "maintenance runs ended",
     ]
     return md_table(headers, rows)
