@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tidemark.resources import SetupError, jars_dir
+from tidemark.resources import SetupError, jars_dir, spark_home
 
 ARCHIVE_ENV = "TIDEMARK_JVM_ARCHIVE"
 # CDS reports a mismatch (another class path, a changed jar) as a warning and starts without the
@@ -40,15 +40,6 @@ def _java() -> Path | None:
     return Path(found).resolve() if found and Path(found).exists() else None
 
 
-def _spark_home() -> Path:
-    env = os.environ.get("SPARK_HOME")
-    if env:
-        return Path(env)
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
 def archive_key() -> str | None:
     """A digest of what a CDS archive depends on: the JVM (its resolved binary and libjvm, their
     sizes and modification times) and the driver's class path (Spark's jars, names and sizes, and
@@ -60,7 +51,7 @@ def archive_key() -> str | None:
     for path in [java, *sorted(java.parents[1].glob("lib/server/libjvm.so"))]:
         stat = path.stat()
         parts.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
-    spark = _spark_home()
+    spark = spark_home()
     parts.append(os.environ.get("SPARK_CONF_DIR") or str(spark / "conf"))
     parts += sorted(f"{jar.name}:{jar.stat().st_size}" for jar in (spark / "jars").glob("*.jar"))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

@@ -15,22 +15,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from importlib.util import find_spec
 from pathlib import Path
 
 from tidemark.archive import code_archive
-from tidemark.resources import JOBS, SetupError, entrypoint
+from tidemark.resources import JOBS, SetupError, entrypoint, spark_home
 from tidemark.sparkenv import cached_jars, jvm_conf
 
 __all__ = ["code_archive", "spark_submit_command", "submit_env"]
-
-
-def spark_home() -> Path:
-    """pyspark's own distribution (bin/spark-submit, bin/spark-class, jars/)."""
-    spec = find_spec("pyspark")
-    if spec is None or spec.origin is None:
-        raise SetupError("pyspark is not installed in this Python: run scripts/setup.sh")
-    return Path(os.environ.get("SPARK_HOME") or Path(spec.origin).parent)
 
 
 def spark_submit_command(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 from importlib.resources import files
+from importlib.util import find_spec
 from pathlib import Path
 
 
@@ -64,6 +65,14 @@ def jars_dir() -> Path:
     """``$TIDEMARK_JARS_DIR``, else ``<sys.prefix>/share/tidemark/jars``."""
     env = os.environ.get("TIDEMARK_JARS_DIR")
     return Path(env) if env else Path(sys.prefix) / "share" / "tidemark" / "jars"
+
+
+def spark_home() -> Path:
+    """pyspark's own distribution (bin/spark-submit, bin/spark-class, jars/), or ``$SPARK_HOME``."""
+    spec = find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise SetupError("pyspark is not installed in this Python: run scripts/setup.sh")
+    return Path(os.environ.get("SPARK_HOME") or Path(spec.origin).parent)
 
 
 def dist_dir() -> Path:
