@@ -108,7 +108,10 @@ s3_jars_cached() {
 }
 if [ "$S3" = 1 ] && ! s3_jars_cached >/dev/null 2>&1; then
   say "fetching hadoop-aws and the AWS SDK bundle (640 MB) into .cache/jars/s3"
-  mvn_fetch scripts/s3/pom.xml "$PWD/.cache/jars/s3"
+  # through a Maven repository of its own, deleted after: ~/.m2 need not keep a second 640 MB copy
+  s3_repo=$(mktemp -d)
+  mvn_fetch scripts/s3/pom.xml "$PWD/.cache/jars/s3" -Dmaven.repo.local="$s3_repo"
+  rm -rf "$s3_repo"
 fi
 if [ "$TEST_TOOLS" = 1 ]; then
   scripts/s3.sh install

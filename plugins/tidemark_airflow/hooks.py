@@ -68,7 +68,7 @@ def submit_arguments(
     (:mod:`tidemark.storage`) and its storage connection travels in the environment.
     """
     from tidemark import storage
-    from tidemark.sparkenv import cached_jars, jvm_conf
+    from tidemark.sparkenv import DRIVER_CLASS_PATH, cached_jars, jvm_conf
 
     s3_jars = storage.spark_jars(config) if config is not None else []
     # settings, never credentials: those would show on spark-submit's command line; the driver
@@ -89,7 +89,14 @@ def submit_arguments(
         "name": name,
         "application_args": list(application_args),
         "jars": jars or ",".join(str(j) for j in [*cached_jars(), *s3_jars]),
-        "conf": {**jvm_conf(), **s3_conf, **(conf or {})},
+        # the driver runs here (client mode): the jars on its class path as a session has them
+        # (tidemark.sparkenv.jar_conf); `jars` ships them to executors
+        "conf": {
+            **jvm_conf(),
+            DRIVER_CLASS_PATH: os.pathsep.join(str(j) for j in [*cached_jars(), *s3_jars]),
+            **s3_conf,
+            **(conf or {}),
+        },
         "env_vars": {
             **s3_env,
             "PYSPARK_PYTHON": python,

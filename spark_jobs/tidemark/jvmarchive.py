@@ -10,8 +10,11 @@ first query 1.1-1.3 s instead of 2.5-2.7 s.
 ``tidemark jvm-archive`` (run by ``scripts/setup.sh``) trains it once: a small demo in a JVM that
 dumps its loaded classes at exit. The archive is only valid for the JVM and the Spark class path
 that made it, so its file name carries a key of both (:func:`archive_key`): a different Java, a
-new pyspark or another ``SPARK_CONF_DIR`` finds no archive and starts as before. Only the driver
-uses it (executors on workers have other class paths). ``TIDEMARK_JVM_ARCHIVE=off`` turns it off.
+new pyspark, other cached jars or another ``SPARK_CONF_DIR`` finds no archive and starts as
+before. The JVM itself checks the class path it runs with against the archive's and ignores the
+archive on a mismatch: a pipeline on object storage, whose S3 jars join the driver's class path,
+starts without it. Only the driver uses it (executors on workers have other class paths).
+``TIDEMARK_JVM_ARCHIVE=off`` turns it off.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ def _java() -> Path | None:
 
 def archive_key() -> str | None:
     """A digest of what a CDS archive depends on: the JVM (its resolved binary and libjvm, their
-    sizes and modification times) and the driver's class path (Spark's jars, names and sizes, and
-    the configuration directory in front of them); None without a ``java``."""
+    sizes and modification times) and the driver's class path (Spark's jars and the cached ones,
+    names and sizes, and the configuration directory); None without a ``java``."""
     java = _java()
     if java is None:
         return None
@@ -54,6 +57,8 @@ def archive_key() -> str | None:
     spark = spark_home()
     parts.append(os.environ.get("SPARK_CONF_DIR") or str(spark / "conf"))
     parts += sorted(f"{jar.name}:{jar.stat().st_size}" for jar in (spark / "jars").glob("*.jar"))
+    # the cached jars lead the driver's class path (tidemark.sparkenv.jar_conf)
+    parts += sorted(f"cache/{jar.name}:{jar.stat().st_size}" for jar in jars_dir().glob("*.jar"))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,40 @@ def jvm_conf() -> dict[str, str]:
     return {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": options}
 
 
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+
+
+def is_local(master: str) -> bool:
+    """A master whose executors run inside the driver's JVM: ``local``, ``local[N]``, ``local[*]``
+    (not ``local-cluster[...]``, which starts executor JVMs of its own)."""
+    return master == "local" or master.startswith("local[")
+
+
+def jar_conf(
+    master: str,
+    jars: Sequence[str | os.PathLike[str]],
+    conf: Mapping[str, str] | None = None,
+    jvm_running: bool = False,
+) -> dict[str, str]:
+    """How ``jars`` reach the JVMs that need them.
+
+    The driver (client deploy mode: always this machine) has them on its class path, in front of
+    any ``spark.driver.extraClassPath`` in ``conf``, so its class-data-sharing archive
+    (:mod:`tidemark.jvmarchive`) covers Delta's classes too. Executors on a cluster get them
+    shipped (``spark.jars``). A local master's executors live in the driver's JVM and need nothing
+    more: ``spark.jars`` there would copy every jar into a fresh temporary directory per job (19
+    MB, 660 MB with the S3 jars), which a killed driver never deletes. In a process whose JVM is
+    already up (``jvm_running``: a second session), a class path can no longer change and
+    ``spark.jars`` adds them whatever the master.
+    """
+    paths = os.pathsep.join(str(j) for j in jars)
+    given = (conf or {}).get(DRIVER_CLASS_PATH)
+    out = {DRIVER_CLASS_PATH: f"{paths}{os.pathsep}{given}" if given else paths}
+    if jvm_running or not is_local(master):
+        out["spark.jars"] = ",".join(str(j) for j in jars)
+    return out
+
+
 def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[str, str]:
     """Settings sized for one small machine; every key can be overridden from the config."""
     return {
@@ -128,6 +163,7 @@ def build_session(
     master: str | None = None,
     shuffle_partitions: int = 4,
     extra_conf: dict[str, Any] | None = None,
+    jars: Sequence[str | os.PathLike[str]] | None = None,
 ) -> SparkSession:
     """Create (or reuse) the SparkSession with Delta and the Kafka connector on the classpath.
 
@@ -135,7 +171,8 @@ def build_session(
     spark-submit, the master, jars and ``--py-files`` given there win (the builder only fills what
     is unset). On a cluster master the executors get this code as a zip
     (:func:`tidemark.archive.code_archive`) unless spark-submit already shipped one, never
-    whatever is importable on the workers.
+    whatever is importable on the workers. ``jars`` (default: the cached ones) reach the JVMs as
+    :func:`jar_conf` says, unless ``extra_conf`` gives ``spark.jars`` itself.
     """
     from pyspark.sql import SparkSession
 
@@ -145,7 +182,10 @@ def build_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if "spark.jars" not in conf and not _launched_by_spark_submit():
-        conf["spark.jars"] = ",".join(str(j) for j in cached_jars())
+        from pyspark import SparkContext
+
+        running = SparkContext._gateway is not None
+        conf.update(jar_conf(conf["spark.master"], cached_jars() if jars is None else jars, conf, running))
     for key, value in conf.items():
         if key == "spark.master" and _launched_by_spark_submit():
             continue
@@ -166,14 +206,12 @@ def session_for(config: PipelineConfig, app: str) -> SparkSession:
     from tidemark import storage
 
     conf: dict[str, Any] = {**storage.spark_conf(config), **config.spark.conf}
-    s3_jars = storage.spark_jars(config)
-    if s3_jars and "spark.jars" not in conf and not _launched_by_spark_submit():
-        conf["spark.jars"] = ",".join(str(j) for j in [*cached_jars(), *s3_jars])
     return build_session(
         app_name=f"tidemark-{app}-{config.pipeline}",
         master=config.spark.master,
         shuffle_partitions=config.spark.shuffle_partitions,
         extra_conf=conf,
+        jars=[*cached_jars(), *storage.spark_jars(config)],
     )
 
 

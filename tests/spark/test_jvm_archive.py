@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from helpers import small_scenario, write_config
 
 from tidemark import jvmarchive
 from tidemark.generator import generate_files
+from tidemark.sparkenv import cached_jars
 from tidemark.tables import read_local
 
 
@@ -53,4 +55,21 @@ def test_a_jobs_driver_loads_spark_from_the_archive_set_up_trained(tmp_path):
     generate_files(small_scenario(minutes=2), config.source.path)
     classes = _stream(tmp_path / "off" / "boot.yaml", tmp_path, "without", TIDEMARK_JVM_ARCHIVE="off")
     assert _source(classes, "org.apache.spark.SparkContext").startswith("file:")
+    # Delta from the cached jar itself, on the driver's class path (sparkenv.jar_conf)
+    cached = next(j for j in cached_jars() if j.name.startswith("delta-spark_"))
+    delta = _source(classes, "org.apache.spark.sql.delta.metering.DeltaLogging")
+    assert delta.startswith("file:") and Path(delta.removeprefix("file:")).resolve() == cached.resolve()
     assert len(read_local(config.table_path("events"))) == events
+
+
+def test_a_local_session_copies_no_jars_to_its_temporary_directory(spark, tmp_path):
+    """With a local master the jars are on the driver's class path and nowhere else: Spark copies
+    a ``spark.jars`` entry into the session's temporary directory for its executor (660 MB with
+    the S3 jars), and a killed driver never deletes that directory."""
+    from pyspark import SparkFiles
+
+    spark.range(10).write.format("delta").save(str(tmp_path / "t"))  # a task ran, Delta loaded
+    assert spark.read.format("delta").load(str(tmp_path / "t")).count() == 10
+    assert not spark.sparkContext.getConf().get("spark.jars", "")
+    root = Path(SparkFiles.getRootDirectory())
+    assert root.is_dir() and not list(root.rglob("*.jar")), list(root.rglob("*.jar"))

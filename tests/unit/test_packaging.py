@@ -89,6 +89,7 @@ def test_spark_submit_command_ships_the_archive_and_the_cached_jars(tmp_path, mo
     assert confs == [
         f"spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods{extra}",
         f"spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods{extra}",
+        f"spark.driver.extraClassPath={os.pathsep.join(jars)}",
         "spark.executor.memory=1g",
     ]
     assert any(Path(j).name == "tidemark-udf.jar" for j in jars)
@@ -127,6 +128,11 @@ def test_the_driver_maps_the_class_archive_made_for_its_jvm_and_class_path(tmp_p
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))
     assert jvmarchive.archive_path() != path
     monkeypatch.delenv("SPARK_CONF_DIR")
+    # another cached jar (they lead the driver's class path): another archive
+    (tmp_path / "delta-spark_4.1_2.13-9.9.9.jar").write_bytes(b"jar")
+    assert jvmarchive.archive_path() != path
+    (tmp_path / "delta-spark_4.1_2.13-9.9.9.jar").unlink()
+    assert jvmarchive.archive_path() == path
     fake_home = tmp_path / "jdk"
     (fake_home / "bin").mkdir(parents=True)
     (fake_home / "bin" / "java").write_text("#!/bin/sh\n")
@@ -134,6 +140,23 @@ def test_the_driver_maps_the_class_archive_made_for_its_jvm_and_class_path(tmp_p
     assert jvmarchive.archive_path() not in (None, path)
     monkeypatch.setenv("TIDEMARK_JVM_ARCHIVE", "off")
     assert jvmarchive.archive_path() is None and jvmarchive.driver_options() == ""
+
+
+def test_jars_go_on_the_drivers_class_path_and_travel_only_to_a_clusters_executors():
+    from tidemark.sparkenv import jar_conf
+
+    jars = ["/c/delta.jar", "/c/kafka.jar"]
+    on_path = os.pathsep.join(jars)
+    for master in ("local", "local[2]", "local[*]"):
+        assert jar_conf(master, jars) == {"spark.driver.extraClassPath": on_path}
+    shipped = {"spark.driver.extraClassPath": on_path, "spark.jars": "/c/delta.jar,/c/kafka.jar"}
+    for master in ("spark://h:7077", "local-cluster[2,1,1024]", "yarn"):
+        assert jar_conf(master, jars) == shipped
+    # a second session in a process whose JVM is up: its class path is fixed, spark.jars adds them
+    assert jar_conf("local[2]", jars, jvm_running=True) == shipped
+    # the user's own driver class path stays, behind the cached jars
+    given = jar_conf("local[2]", jars, {"spark.driver.extraClassPath": "/mine.jar"})
+    assert given == {"spark.driver.extraClassPath": f"{on_path}{os.pathsep}/mine.jar"}
 
 
 def test_submit_refuses_an_unknown_job_with_one_line(capsys):
