@@ -82,7 +82,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -97,6 +98,13 @@ if TYPE_CHECKING:
 
 ZORDER, COMPACT, STATE, VACUUM_ONLY = "zorder", "compact", "state", "vacuum only"
 ZORDER_COLUMNS = ("event_time",)
+# Parquet row groups of the files ZORDER writes (Spark's default: 128 MB, so one group per file).
+# The stream's dedup lookup (tidemark.dedup) reads the row groups whose event-time statistics
+# cover a retry's time, and each group it touches whole: with 2 MB groups (~15k rows of events) a
+# lookup after compaction took 0.06 s and added 45-95 MB to the driver's RSS, against 0.53 s and
+# 200-450 MB with one 3.6M-row group (an hour of 10,000 hosts; docs/benchmarks.md). Files grow
+# ~10%, a full scan of the table ~15%.
+ZORDER_ROW_GROUP_BYTES = 2 << 20
 # Append-only tables (the stream's and reconcile's), compacted by bin-packing.
 COMPACTED = (
     S.WATERMARKS,
@@ -328,6 +336,23 @@ def _vacuum_state(path: str, hours: int, keep: int | None) -> str:
     return f"vacuum {hours}h: {_files(len(deleted))}"
 
 
+@contextmanager
+def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """``conf`` set in the session for the block, then put back as it was (the stream's own
+    session runs maintenance in-stream; its writes keep their settings)."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
 def _no_log_hooks():
     """delta-rs commit options: no checkpoint and no log cleanup after the commit."""
     from deltalake import PostCommitHookProperties
@@ -403,7 +428,8 @@ class _Sql:
             return "nothing to compact"
         if kind == ZORDER:
             columns = ", ".join(ZORDER_COLUMNS)
-            self.retried(f"OPTIMIZE {self.table} ZORDER BY ({columns})")
+            with _session_conf(self.spark, {"parquet.block.size": str(ZORDER_ROW_GROUP_BYTES)}):
+                self.retried(f"OPTIMIZE {self.table} ZORDER BY ({columns})")
             return f"zorder by {columns}"
         self.retried(f"OPTIMIZE {self.table}")
         return "optimize"

@@ -310,3 +310,47 @@ def test_a_delta_rs_checkpoint_after_a_spark_one_leaves_the_checkpoint_readable_
     assert b'"version":11' in read_through_hadoop()
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     assert spark.read.format("delta").load(path).count() == 12
+
+
+def test_zorder_writes_row_groups_a_lookup_can_skip_and_leaves_the_session_as_it_was(spark, tmp_path):
+    """Compacted events come in small row groups, so the dedup lookup, which reads every row group
+    whose event-time statistics cover a retry, reads a few of them instead of the whole file (one
+    group per file by Spark's default). The stream appends roughly in event-time order and
+    ZORDER's range shuffle keeps that order within a file (local master): each group spans a
+    short stretch of time."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from tidemark.maintenance import ZORDER_ROW_GROUP_BYTES, maintain_table
+
+    config = write_config(tmp_path, name="rg")
+    path = config.table_path(S.EVENTS)
+    rows, appends = 600_000, 3
+    frame = spark.range(rows).select(
+        F.expr("uuid()").alias("event_id"), (F.col("id") * 1000).alias("event_time")
+    )
+    for part in range(appends):  # like batches: each a later stretch of event time
+        lo, hi = part * rows // appends, (part + 1) * rows // appends
+        frame.where(F.col("id").between(lo, hi - 1)).coalesce(1).write.format("delta").mode("append").save(
+            path
+        )
+    spark.conf.unset("parquet.block.size")
+    result = maintain_table(spark, config, S.EVENTS, ZORDER, echo=lambda m: None)
+    assert "zorder by event_time" in result.done and result.after.files == 1
+    assert spark.conf.get("parquet.block.size", None) is None  # the session's own setting back
+    [file] = T.open_table(path).file_uris()
+    meta = pq.ParquetFile(file).metadata
+    assert meta.num_rows == rows and meta.num_row_groups >= 8, meta.num_row_groups
+    column = next(i for i in range(meta.num_columns) if meta.schema.column(i).name == "event_time")
+    spans = []
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        assert group.total_byte_size < 4 * ZORDER_ROW_GROUP_BYTES
+        stats = group.column(column).statistics
+        spans.append((stats.min, stats.max))
+    # A retry's event time falls in a few groups, not in all of them: its own, a neighbour at a
+    # boundary, and a group that straddles two appends (the shuffle joins them in any order).
+    covering = [sum(lo <= t <= hi for lo, hi in spans) for t in range(0, rows * 1000, 1000 * (rows // 97))]
+    assert min(covering) >= 1 and max(covering) <= appends + 1, (covering, spans)
+    assert sum(covering) / len(covering) <= 2.5, (covering, len(spans))
+    assert len(T.read_local(path)) == rows
