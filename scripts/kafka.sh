@@ -5,11 +5,13 @@
 #   scripts/kafka.sh start|stop|status|restart
 #
 # TIDEMARK_KAFKA_DIR   data, config, log and pid (default: var/kafka)
-# TIDEMARK_KAFKA_PORT  client port on 127.0.0.1 (default 19092; the controller uses port + 1)
+# TIDEMARK_KAFKA_PORT  client port on 127.0.0.1 (default 19092)
+# TIDEMARK_KAFKA_CONTROLLER_PORT  the KRaft controller's port (default: the client port + 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${TIDEMARK_KAFKA_DIR:-var/kafka}
 PORT=${TIDEMARK_KAFKA_PORT:-19092}
+CONTROLLER_PORT=${TIDEMARK_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
 LIBS="$PWD/.cache/kafka/libs"
 PIDFILE="$DIR/broker.pid"
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
@@ -26,8 +28,8 @@ start() {
   cat > "$DIR/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:$((PORT + 1))
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$((PORT + 1))
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
 advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT

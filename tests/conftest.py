@@ -64,22 +64,35 @@ def workdir(tmp_path):
 
 
 class KafkaBroker:
-    """The project's own single-broker KRaft Kafka (scripts/kafka.sh) on a free loopback port."""
+    """The project's own single-broker KRaft Kafka (scripts/kafka.sh) on free loopback ports."""
 
     def __init__(self, directory: Path) -> None:
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self.env = {**os.environ, "TIDEMARK_KAFKA_DIR": str(directory), "TIDEMARK_KAFKA_PORT": str(port)}
-        self.bootstrap = f"127.0.0.1:{port}"
+        self.directory = directory
         self.script = Path(__file__).resolve().parents[1] / "scripts" / "kafka.sh"
+        self._ports()
+
+    def _ports(self) -> None:
+        from helpers import listen_ports
+
+        port, controller = listen_ports(2)
+        self.env = {
+            **os.environ,
+            "TIDEMARK_KAFKA_DIR": str(self.directory),
+            "TIDEMARK_KAFKA_PORT": str(port),
+            "TIDEMARK_KAFKA_CONTROLLER_PORT": str(controller),
+        }
+        self.bootstrap = f"127.0.0.1:{port}"
 
     def _run(self, action: str) -> None:
         import subprocess
 
-        subprocess.run([str(self.script), action], env=self.env, check=True, capture_output=True, timeout=120)
+        done = subprocess.run(
+            [str(self.script), action], env=self.env, capture_output=True, text=True, timeout=120
+        )
+        if done.returncode != 0:
+            log = self.directory / "broker.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"scripts/kafka.sh {action} failed: {done.stderr.strip()}\n{tail}")
 
     def start(self) -> None:
         self._run("start")
@@ -91,6 +104,16 @@ class KafkaBroker:
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    broker.start()
+    for attempt in range(3):  # a port taken between the check and the broker's bind: new ports
+        try:
+            broker.start()
+            break
+        except RuntimeError:
+            if attempt == 2:
+                raise
+            broker.stop()  # a broker that never opened its port, if still alive
+            shutil.rmtree(broker.directory, ignore_errors=True)
+            broker.directory.mkdir()
+            broker._ports()
     yield broker
     broker.stop()

@@ -252,3 +252,25 @@ def commit_adds(table_path: str | Path, version: int) -> list[dict]:
     """The add actions of commit ``version`` in a Delta table's log (its JSON, read directly)."""
     log = Path(table_path) / "_delta_log" / f"{version:020d}.json"
     return [json.loads(line)["add"] for line in log.read_text().splitlines() if '"add"' in line]
+
+
+def listen_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports free to listen on, below the kernel's ephemeral range:
+    a port the kernel handed out by ``bind(0)`` can be taken again, between the check and the
+    server's bind, by any process's outgoing connection (each uses an ephemeral local port)."""
+    import random
+    import socket
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    pick = random.SystemRandom()  # not the random module's state, which a test may have seeded
+    ports: list[int] = []
+    while len(ports) < count:
+        port = pick.randrange(20_000, max(min(low, 32_768), 20_500))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
+    return ports

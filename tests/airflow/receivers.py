@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from email import message_from_bytes, policy
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from helpers import listen_ports
+
+    return listen_ports(1)[0]
 
 
 class SmtpReceiver:

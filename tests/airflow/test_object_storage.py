@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import oracle_good_records, oracle_window_counts, small_scenario, write_config
+from helpers import listen_ports, oracle_good_records, oracle_window_counts, small_scenario, write_config
 
 from tidemark import revisions, storage
 from tidemark import tables as T
@@ -49,9 +49,7 @@ class S3Server:
     """The project's S3 API server (scripts/s3.sh) on a free loopback port."""
 
     def __init__(self, directory: Path) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        [port] = listen_ports(1)
         self.env = {**os.environ, "TIDEMARK_S3_DIR": str(directory), "TIDEMARK_S3_PORT": str(port)}
         self.url = f"http://127.0.0.1:{port}"
 

@@ -16,14 +16,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import listen_ports
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    [port] = listen_ports(1)
+    return port
 
 
 @pytest.fixture
