@@ -6,7 +6,7 @@
 An hour of 10,000 hosts (3.6M events) is generated and streamed into ``events``, which is then
 compacted as ``tidemark maintain`` does (``OPTIMIZE ... ZORDER BY (event_time)``) into one copy
 per ``--sizes`` entry (``parquet.block.size`` in MiB; 128 is Spark's default, which makes one row
-group per file; 2 is what maintenance now uses: ``tidemark.maintenance.ZORDER_ROW_GROUP_BYTES``).
+group per file; 4 is what maintenance now uses: ``tidemark.maintenance.ZORDER_ROW_GROUP_BYTES``).
 
 Per copy, in a fresh process each: ``--rounds`` lookups as a batch makes them
 (``tidemark.dedup._Catalog.seen``: delta-rs and pyarrow on the driver), each for ``--suspects``
@@ -44,13 +44,16 @@ PY = sys.executable
 
 # The child: lookups on one copy, with the probes the parent drew.
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 import pyarrow as pa
 from tidemark.dedup import _Catalog
 
-def rss():
+def status(field):  # MiB; VmHWM is this program's peak (ru_maxrss would carry the parent's over exec)
     with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) // 1024 for l in f if l.startswith("VmRSS"))
+        return next(int(l.split()[1]) // 1024 for l in f if l.startswith(field))
+
+def rss():
+    return status("VmRSS")
 
 path, probes = sys.argv[1], json.load(open(sys.argv[2]))
 catalog = _Catalog(path, probes["batch_id"], 0)
@@ -60,7 +63,7 @@ for ids, ranges in probes["rounds"]:
     began = time.perf_counter()
     found = catalog.seen(pa.array(ids, pa.string()), [tuple(r) for r in ranges])
     out.append({"s": time.perf_counter() - began, "rss": rss() - base, "found": len(found)})
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 - base
+peak = status("VmHWM") - base
 print(json.dumps({"base_mb": base, "peak_mb": peak, "lookups": out}))
 """
 

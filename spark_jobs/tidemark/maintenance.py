@@ -100,11 +100,11 @@ ZORDER, COMPACT, STATE, VACUUM_ONLY = "zorder", "compact", "state", "vacuum only
 ZORDER_COLUMNS = ("event_time",)
 # Parquet row groups of the files ZORDER writes (Spark's default: 128 MB, so one group per file).
 # The stream's dedup lookup (tidemark.dedup) reads the row groups whose event-time statistics
-# cover a retry's time, and each group it touches whole: with 2 MB groups (~15k rows of events) a
-# lookup after compaction took 0.06 s and added 45-95 MB to the driver's RSS, against 0.53 s and
-# 200-450 MB with one 3.6M-row group (an hour of 10,000 hosts; docs/benchmarks.md). Files grow
-# ~10%, a full scan of the table ~15%.
-ZORDER_ROW_GROUP_BYTES = 2 << 20
+# cover a retry's time, each of them whole. An hour of 10,000 hosts compacted (3.6M rows), 2,000
+# ids looked up (bench/lookup_row_groups.py): 4 MB groups took 0.063 s a lookup and left the
+# driver's RSS 199 MB over its start, against 0.207 s and 504 MB with one group; the files are
+# 2% larger and a full scan is no slower (2 MB groups: 0.051 s, but a full scan 2.1x slower).
+ZORDER_ROW_GROUP_BYTES = 4 << 20
 # Append-only tables (the stream's and reconcile's), compacted by bin-packing.
 COMPACTED = (
     S.WATERMARKS,

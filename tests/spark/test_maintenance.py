@@ -325,7 +325,7 @@ def test_zorder_writes_row_groups_a_lookup_can_skip_and_leaves_the_session_as_it
 
     config = write_config(tmp_path, name="rg")
     path = config.table_path(S.EVENTS)
-    rows, appends = 600_000, 3
+    rows, appends = 1_200_000, 3
     frame = spark.range(rows).select(
         F.expr("uuid()").alias("event_id"), (F.col("id") * 1000).alias("event_time")
     )
