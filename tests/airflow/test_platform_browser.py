@@ -80,7 +80,17 @@ def _request(platform: Platform, token: str | None, path: str, body: dict | None
 
 
 def _api(platform: Platform, token: str, path: str, body: dict | None = None):
-    return _request(platform, token, path, body)
+    # Airflow answers a backfill request 503 when SQLite (this platform's metadata database) was
+    # locked by the scheduler for longer than its busy timeout ("not supported on SQLite under
+    # concurrent access"), which a loaded machine reaches; the request changed nothing, and a
+    # user would send it again.
+    for attempt in range(5):
+        try:
+            return _request(platform, token, path, body)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or "/backfills" not in path or attempt == 4:
+                raise
+            time.sleep(2 * (attempt + 1))
 
 
 def _token(platform: Platform, user: str, password: str) -> str:
