@@ -68,9 +68,9 @@ def submit_arguments(
     (:mod:`tidemark.storage`) and its storage connection travels in the environment.
     """
     from tidemark import storage
-    from tidemark.sparkenv import DRIVER_CLASS_PATH, cached_jars, jvm_conf
+    from tidemark.sparkenv import cached_jars, driver_class_path, jvm_conf
 
-    s3_jars = storage.spark_jars(config) if config is not None else []
+    all_jars = [*cached_jars(), *(storage.spark_jars(config) if config is not None else [])]
     # settings, never credentials: those would show on spark-submit's command line; the driver
     # reads them from the connection in its environment (tidemark.sparkenv.session_for)
     s3_conf = {
@@ -88,15 +88,8 @@ def submit_arguments(
         "conn_id": conn_id,
         "name": name,
         "application_args": list(application_args),
-        "jars": jars or ",".join(str(j) for j in [*cached_jars(), *s3_jars]),
-        # the driver runs here (client mode): the jars on its class path as a session has them
-        # (tidemark.sparkenv.jar_conf); `jars` ships them to executors
-        "conf": {
-            **jvm_conf(),
-            DRIVER_CLASS_PATH: os.pathsep.join(str(j) for j in [*cached_jars(), *s3_jars]),
-            **s3_conf,
-            **(conf or {}),
-        },
+        "jars": jars or ",".join(str(j) for j in all_jars),  # to the executors
+        "conf": {**jvm_conf(), **driver_class_path(all_jars), **s3_conf, **(conf or {})},
         "env_vars": {
             **s3_env,
             "PYSPARK_PYTHON": python,

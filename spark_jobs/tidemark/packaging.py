@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tidemark.archive import code_archive
 from tidemark.resources import JOBS, SetupError, entrypoint, spark_home
-from tidemark.sparkenv import DRIVER_CLASS_PATH, cached_jars, jvm_conf
+from tidemark.sparkenv import cached_jars, driver_class_path, jvm_conf
 
 __all__ = ["code_archive", "spark_submit_command", "submit_env"]
 
@@ -42,6 +42,7 @@ def spark_submit_command(
         script = entrypoint(script.stem)
     if not script.is_file():
         raise FileNotFoundError(f"spark job {job}: no such file (nor a shipped job: {', '.join(JOBS)})")
+    jars = cached_jars()
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--master",
@@ -49,14 +50,11 @@ def spark_submit_command(
         "--deploy-mode",
         "client",
         "--jars",
-        ",".join(str(j) for j in cached_jars()),
+        ",".join(str(j) for j in jars),
         "--py-files",
         str(archive or code_archive()),
     ]
-    # the driver runs here (client mode): the jars on its class path as well, as a session has them
-    # (tidemark.sparkenv.jar_conf), which its class-data-sharing archive expects
-    driver = {DRIVER_CLASS_PATH: os.pathsep.join(str(j) for j in cached_jars())}
-    for key, value in {**jvm_conf(), **driver, **(conf or {})}.items():
+    for key, value in {**jvm_conf(), **driver_class_path(jars), **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
     return [*command, str(script), *job_args]
 

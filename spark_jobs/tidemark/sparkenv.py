@@ -85,6 +85,12 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+def driver_class_path(jars: Sequence[str | os.PathLike[str]]) -> dict[str, str]:
+    """``jars`` on the driver's class path: every launcher's driver runs here (client deploy mode)
+    and gets them this way, which its class-data-sharing archive expects (:func:`jar_conf`)."""
+    return {DRIVER_CLASS_PATH: os.pathsep.join(str(j) for j in jars)}
+
+
 def jar_conf(
     master: str,
     jars: Sequence[str | os.PathLike[str]],
@@ -102,9 +108,9 @@ def jar_conf(
     already up (``jvm_running``: a second session), a class path can no longer change and
     ``spark.jars`` adds them whatever the master.
     """
-    paths = os.pathsep.join(str(j) for j in jars)
-    given = (conf or {}).get(DRIVER_CLASS_PATH)
-    out = {DRIVER_CLASS_PATH: f"{paths}{os.pathsep}{given}" if given else paths}
+    out = driver_class_path(jars)
+    if given := (conf or {}).get(DRIVER_CLASS_PATH):
+        out[DRIVER_CLASS_PATH] += f"{os.pathsep}{given}"
     if jvm_running or not is_local(master):
         out["spark.jars"] = ",".join(str(j) for j in jars)
     return out
