@@ -97,6 +97,21 @@ class KafkaBroker:
     def start(self) -> None:
         self._run("start")
 
+    def first_start(self, attempts: int = 3) -> None:
+        """Start it, on new ports and an empty directory when a port was taken between the check
+        and the broker's bind (a later restart keeps its ports: clients know them)."""
+        for attempt in range(attempts):
+            try:
+                self.start()
+                return
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+                self.stop()  # a broker that never opened its port, if still alive
+                shutil.rmtree(self.directory, ignore_errors=True)
+                self.directory.mkdir()
+                self._ports()
+
     def stop(self) -> None:
         self._run("stop")
 
@@ -104,16 +119,6 @@ class KafkaBroker:
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    for attempt in range(3):  # a port taken between the check and the broker's bind: new ports
-        try:
-            broker.start()
-            break
-        except RuntimeError:
-            if attempt == 2:
-                raise
-            broker.stop()  # a broker that never opened its port, if still alive
-            shutil.rmtree(broker.directory, ignore_errors=True)
-            broker.directory.mkdir()
-            broker._ports()
+    broker.first_start()
     yield broker
     broker.stop()
