@@ -59,6 +59,9 @@ class SourceConfig(_Strict):
     topic: str | None = None
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # Kafka: the batch recompute indexes a partition's offsets in chunks of this many
+    # (tidemark.pruning); a chunk of a few minutes of one partition suits an hourly reconcile.
+    index_chunk_offsets: int = Field(default=10_000, ge=1)
 
     @model_validator(mode="after")
     def _kind_needs(self) -> SourceConfig:

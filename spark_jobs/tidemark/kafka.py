@@ -3,22 +3,26 @@
 Publishing keys every record by its host, so one host's records land in one partition in the
 order they were produced (the producer is idempotent, so its own retries cannot reorder them).
 Reading keeps Spark's offsets in the checkpoint, bounds a batch with ``maxOffsetsPerTrigger`` and
-fails loudly on data loss; the batch recompute re-reads the topic by offset range (from the first
-offset that can hold its range, :mod:`tidemark.pruning`, to the latest), which is why the broker
-keeps records (``log.retention.ms=-1`` in scripts/kafka.sh).
+fails loudly on data loss; the batch recompute re-reads the topic by offset ranges (those that can
+hold its range, :mod:`tidemark.pruning`), which is why the broker keeps records
+(``log.retention.ms=-1`` in scripts/kafka.sh).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from tidemark.generator import Scenario, Truth, iter_buckets
 from tidemark.timeutil import now_ms
 
 if TYPE_CHECKING:
+    from confluent_kafka import Producer
     from pyspark.sql import DataFrame, SparkSession
 
 _HOST = re.compile(r'"host":"([^"\\]{1,253})"')
@@ -39,6 +43,47 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int = 4) -> None:
             raise
 
 
+def producer(bootstrap: str) -> Producer:
+    """An idempotent producer (the broker de-duplicates its own retries, so they cannot reorder a
+    host's records)."""
+    from confluent_kafka import Producer
+
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+        }
+    )
+
+
+def produce_line(to: Producer, topic: str, line: str, timestamp_ms: int | None = None) -> None:
+    """Publish one line keyed by its host (a line without one goes unkeyed), waiting for the local
+    queue when it is full; ``timestamp_ms`` sets the record's timestamp (its arrival)."""
+    match = _HOST.search(line)
+    key = match.group(1).encode() if match else None
+    while True:
+        try:
+            if timestamp_ms is None:
+                to.produce(topic, value=line.encode(), key=key)
+            else:
+                to.produce(topic, value=line.encode(), key=key, timestamp=timestamp_ms)
+            break
+        except BufferError:  # local queue full: let it drain
+            to.poll(0.5)
+    to.poll(0)
+
+
+def flush(to: Producer, bootstrap: str, timeout_s: float = 120) -> None:
+    """Wait for every record to be acknowledged."""
+    remaining = to.flush(timeout_s)
+    if remaining:
+        raise RuntimeError(
+            f"kafka: {remaining} records were not acknowledged by {bootstrap} within {timeout_s:g} s"
+        )
+
+
 def publish_scenario(
     s: Scenario,
     bootstrap: str,
@@ -46,23 +91,17 @@ def publish_scenario(
     live: bool = False,
     progress: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    spans: range | None = None,
+    spans: Container[int] | None = None,
+    arrival_timestamps: bool = False,
 ) -> Truth:
     """Publish a scenario's lines in arrival order, keyed by host (malformed lines without a host
     go unkeyed). ``live`` paces each arrival span to the clock, as the file generator does.
     ``spans`` publishes only those arrival spans (file indexes), so a test can let the rest of
-    the input arrive later; the returned truth still describes the whole scenario."""
-    from confluent_kafka import Producer
-
+    the input arrive later; the returned truth still describes the whole scenario.
+    ``arrival_timestamps`` stamps each record with the end of its arrival span, as the file
+    generator dates its files (otherwise the broker's clock stamps it)."""
     ensure_topic(bootstrap, topic)
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,  # broker de-duplicates the producer's own retries
-            "linger.ms": 20,
-            "compression.type": "lz4",
-        }
-    )
+    to = producer(bootstrap)
     truth = Truth()
     if live:
         from dataclasses import asdict
@@ -74,24 +113,95 @@ def publish_scenario(
         if live and (wait := (end_ms - now_ms()) / 1000) > 0:
             sleep(wait)
         for line in lines:
-            match = _HOST.search(line)
-            while True:
-                try:
-                    producer.produce(
-                        topic, value=line.encode(), key=match.group(1).encode() if match else None
-                    )
-                    break
-                except BufferError:  # local queue full: let it drain
-                    producer.poll(0.5)
-            producer.poll(0)
+            produce_line(to, topic, line, end_ms if arrival_timestamps else None)
         truth.files += 1
         truth.lines += len(lines)
         if progress:
             progress(f"span {index + 1}: {len(lines):,} records published ({truth.lines:,} so far)")
-    remaining = producer.flush(120)
-    if remaining:
-        raise RuntimeError(f"kafka: {remaining} records were not acknowledged by {bootstrap} within 120 s")
+    flush(to, bootstrap)
     return truth
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """One partition of a topic as the broker answers for a range: ``first``, its oldest offset
+    kept; ``start``, the first with a timestamp at or after :func:`earliest_arrival_ms`;
+    ``current_end``, the first at or after ``end + max_clock_skew``; ``end``, the next offset to
+    be written (``start`` and ``current_end`` are ``end`` when no record is that recent)."""
+
+    partition: int
+    first: int
+    start: int
+    current_end: int
+    end: int
+
+
+def partition_offsets(
+    bootstrap: str, topic: str, earliest_ms: int, current_end_ms: int
+) -> tuple[str, list[PartitionOffsets]]:
+    """The topic's id and, per partition, its oldest offset, the first offsets with a timestamp
+    at or after ``earliest_ms`` and ``current_end_ms``, and its end (one broker round trip
+    each)."""
+    from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures die with it
+    try:
+        description = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
+    except KafkaException as exc:
+        raise RuntimeError(f"kafka: topic {topic} at {bootstrap}: {exc.args[0]}") from exc
+    partitions = sorted(p.id for p in description.partitions)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "tidemark-recompute", "enable.auto.commit": False}
+    )
+    try:
+        bounds = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in partitions}
+
+        def at(ms: int) -> dict[int, int]:
+            found = consumer.offsets_for_times([TopicPartition(topic, p, ms) for p in partitions], timeout=30)
+            if failed := [tp for tp in found if tp.error is not None]:
+                raise RuntimeError(
+                    f"kafka: offsets of {topic}/{failed[0].partition} at {ms}: {failed[0].error}"
+                )
+            return {tp.partition: tp.offset for tp in found}
+
+        starts, current_ends = at(earliest_ms), at(current_end_ms)
+    finally:
+        consumer.close()
+    offsets = []
+    for p in partitions:
+        first, end = bounds[p]
+        start = starts[p] if starts[p] >= 0 else end  # -1: no record that recent
+        current_end = current_ends[p] if current_ends[p] >= 0 else end
+        offsets.append(PartitionOffsets(p, first, start, max(start, current_end), end))
+    return str(description.topic_id), offsets
+
+
+def read_offset_ranges(
+    spark: SparkSession, bootstrap: str, topic: str, ranges: Mapping[int, Sequence[tuple[int, int]]]
+) -> DataFrame:
+    """The records of the given ``[from, to)`` offset ranges per partition, as :func:`read_topic`
+    lines: one Kafka read per range of each partition's (the first ranges of all partitions
+    together, then the second, ...), unioned."""
+    from pyspark.sql import functions as F
+
+    reads = []
+    for wave in range(max((len(r) for r in ranges.values()), default=0)):
+        part = {p: r[wave] for p, r in ranges.items() if len(r) > wave}
+        reader = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("assign", json.dumps({topic: sorted(part)}))
+            .option("startingOffsets", json.dumps({topic: {str(p): a for p, (a, _) in part.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): b for p, (_, b) in part.items()}}))
+            .option("failOnDataLoss", "true")
+        )
+        reads.append(_lines(reader.load()))
+    if not reads:
+        return spark.createDataFrame([], "raw string, source string, arrival_ms bigint")
+    return reduce(lambda a, b: a.unionByName(b), reads).select(
+        F.col("raw"), F.col("source"), F.col("arrival_ms")
+    )
 
 
 def read_topic(
@@ -101,15 +211,10 @@ def read_topic(
     streaming: bool,
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int = 200_000,
-    from_timestamp_ms: int | None = None,
 ) -> DataFrame:
     """A topic as ``(raw, source, arrival_ms)`` lines; ``source`` is ``topic/partition@offset``.
-
-    ``from_timestamp_ms`` (batch reads) starts each partition at its earliest offset whose
-    timestamp is at or after it, instead of ``starting_offsets``; a partition with no such
-    record is read from its end (nothing)."""
-    from pyspark.sql import functions as F
-
+    A batch read takes everything from ``starting_offsets`` to the end (the recompute reads
+    chosen offsets with :func:`read_offset_ranges`)."""
     reader = (spark.readStream if streaming else spark.read).format("kafka")
     reader = (
         reader.option("kafka.bootstrap.servers", bootstrap)
@@ -121,11 +226,14 @@ def read_topic(
         reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
     else:
         reader = reader.option("endingOffsets", "latest")
-        if from_timestamp_ms is not None:
-            reader = reader.option("startingTimestamp", str(from_timestamp_ms)).option(
-                "startingOffsetsByTimestampStrategy", "latest"
-            )
-    return reader.load().select(
+    return _lines(reader.load())
+
+
+def _lines(records: DataFrame) -> DataFrame:
+    """Kafka records as ``(raw, source, arrival_ms)`` lines."""
+    from pyspark.sql import functions as F
+
+    return records.select(
         F.col("value").cast("string").alias("raw"),
         F.concat(
             F.col("topic"),

@@ -39,13 +39,25 @@ compares with), and rule 2 naming the files the index rules out -- never the fil
 file the listing did not know (in a subdirectory, landed meanwhile) is read. Only local
 directories are indexed: on another file system (``s3a://``, ...) rule 1 alone applies.
 
-**Kafka**: rule 1 by offset. Each partition is read from its first offset whose timestamp (the
-record's arrival) is at or after :func:`earliest_arrival_ms` (Spark's ``startingTimestamp``:
-Kafka answers with the *earliest* offset at or after it, so every record before it arrived
-earlier). There is no rule 2: a backlog published late carries late timestamps, and knowing
-which later offsets hold the range would take an index of the topic. A Kafka recompute reads from
-its range's start to the end of the topic: its cost grows with the time since the range, not with
-the topic's retention.
+**Kafka** (:func:`select_offsets`): the same two rules, a partition's offsets standing for the
+files.
+
+1. *Timestamp.* Each partition is read from its first offset whose timestamp (the record's
+   arrival) is at or after :func:`earliest_arrival_ms` (the broker's offsets-for-times answers
+   with the *earliest* offset at or after it, so every record before it arrived earlier).
+2. *The landing index*, over *chunks*: a partition's offsets cut at multiples of
+   ``source.index_chunk_offsets``, chunk ``k`` holding ``[k*C, (k+1)*C)``. Offsets are
+   immutable, so an entry (named ``kafka://<topic id>/<topic>/<partition>/<k>``: a topic deleted
+   and created again under its name has another id, and its entries do not apply) speaks for its
+   chunk for good, under the same record-size limit. Offsets published while the range was
+   current (timestamp before ``end + max_clock_skew``) are read without an index, up to the next
+   chunk boundary; the complete chunks after them are indexed the first time a recompute needs
+   them and then read only when their span meets the range; the last, incomplete chunk is read.
+
+A backlog published hours late carries late timestamps, lands in later chunks, and is read
+because its chunks' spans meet the range. So a Kafka recompute reads its range's own offsets, the
+chunks that hold its late records, and the partial chunk at the end of each partition: its cost
+follows the range, not the topic's retention nor the time since.
 
 **Another pipeline's events** (``kind: delta``): the rows are filtered to the range before
 anything else, so Delta skips files by their ``event_time`` statistics.
@@ -55,14 +67,19 @@ from __future__ import annotations
 
 import os
 import string
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
 from tidemark.timeutil import now_ms
+
+if TYPE_CHECKING:
+    from tidemark.kafka import PartitionOffsets
 
 # A file system or client may round a modification time up instead of truncating it.
 MTIME_MARGIN_MS = 1_000
@@ -244,3 +261,106 @@ def append_spans(config: PipelineConfig, spans: Collection[FileSpan]) -> None:
     columns = {name: [getattr(span, name) for span in spans] for name in names}
     data = pa.table({**columns, "indexed_at": [now_ms()] * len(spans)}, schema=S.LANDING_INDEX_SCHEMA)
     T.write_rs(config.table_path(S.LANDING_INDEX), data, mode="append")
+
+
+def add_range(runs: list[tuple[int, int]], start: int, end: int) -> None:
+    """Append ``[start, end)`` to ascending, disjoint ``runs``, joined to the last when they meet."""
+    if start >= end:
+        return
+    if runs and runs[-1][1] == start:
+        runs[-1] = (runs[-1][0], end)
+    else:
+        runs.append((start, end))
+
+
+def chunk_name(topic_id: str, topic: str, partition: int, chunk: int) -> str:
+    """A chunk's name in the landing index."""
+    return f"kafka://{topic_id}/{topic}/{partition}/{chunk}"
+
+
+@dataclass(frozen=True)
+class OffsetSelection:
+    """The offsets of one Kafka recompute: per partition, the ``[from, to)`` ranges it reads,
+    and the chunks it skips or has to index."""
+
+    ranges: Mapping[int, tuple[tuple[int, int], ...]]
+    to_index: tuple[tuple[int, int], ...]  # (partition, chunk), among the ranges read
+    chunk_offsets: int
+    before_range: int  # offsets skipped by rule 1, timestamp
+    outside_span: int  # chunks skipped by rule 2, the landing index
+    chunks_read: int  # complete chunks read after the range's own offsets
+    indexed: int = 0  # chunks this recompute indexed before selecting
+
+    @property
+    def offsets_read(self) -> int:
+        return sum(b - a for runs in self.ranges.values() for a, b in runs)
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "offsets_read": self.offsets_read,
+            "offsets_before_range": self.before_range,
+            "chunks_read": self.chunks_read,
+            "chunks_skipped_by_index": self.outside_span,
+            "chunks_indexed_now": self.indexed,
+        }
+
+    def describe(self) -> str:
+        n = self.summary()
+        return (
+            f"Kafka offsets: {n['offsets_read']:,} read ({n['offsets_before_range']:,} published "
+            f"before the range skipped; {n['chunks_read']:,} later chunks of {self.chunk_offsets:,} "
+            f"read, {n['chunks_skipped_by_index']:,} outside the range by the landing index; "
+            f"{n['chunks_indexed_now']:,} indexed now)"
+        )
+
+
+def select_offsets(
+    partitions: Iterable[PartitionOffsets],
+    spans: Mapping[str, FileSpan],
+    name: Callable[[int, int], str],
+    start_ms: int,
+    end_ms: int,
+    chunk_offsets: int,
+    max_record_bytes: int,
+) -> OffsetSelection:
+    """Which offsets of the topic can hold a record of ``[start, end)`` (the module's two rules
+    for Kafka); ``spans`` are landing index entries by chunk name, ``name(partition, chunk)``
+    names a chunk. A complete chunk after the range's own offsets without an entry is read and
+    named to be indexed."""
+    size = chunk_offsets
+    ranges: dict[int, tuple[tuple[int, int], ...]] = {}
+    to_index: list[tuple[int, int]] = []
+    before = outside = chunks_read = 0
+    for p in partitions:
+        before += p.start - p.first
+        runs: list[tuple[int, int]] = []
+        read = partial(add_range, runs)
+        # The range's own offsets, to the next chunk boundary.
+        own_end = min(p.end, max(p.start, -(-p.current_end // size) * size))
+        read(p.start, own_end)
+        chunk = own_end // size
+        while own_end % size == 0 and (chunk + 1) * size <= p.end:
+            key = name(p.partition, chunk)
+            span = spans.get(key)
+            if span is not None and span.describes(LandingFile(key, size, 0), max_record_bytes):
+                if not span.may_hold(start_ms, end_ms):
+                    outside += 1
+                    chunk += 1
+                    continue
+            else:
+                to_index.append((p.partition, chunk))
+            chunks_read += 1
+            read(chunk * size, (chunk + 1) * size)
+            chunk += 1
+        # The last, incomplete chunk.
+        read(max(own_end, p.end // size * size), p.end)
+        if runs:
+            ranges[p.partition] = tuple(runs)
+    return OffsetSelection(
+        ranges=ranges,
+        to_index=tuple(to_index),
+        chunk_offsets=size,
+        before_range=before,
+        outside_span=outside,
+        chunks_read=chunks_read,
+    )

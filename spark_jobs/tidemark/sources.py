@@ -9,7 +9,7 @@ rows.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -102,14 +102,12 @@ def source_lines(
     config: PipelineConfig,
     streaming: bool,
     resume: ResumePoint | None = None,
-    kafka_from_ms: int | None = None,
 ) -> DataFrame:
     """A line-oriented source as ``(raw, source, arrival_ms)`` lines.
 
     After a checkpoint reset (``resume``) Kafka starts at the offsets the committed batches
     ended at, and lines of files committed batches already read are dropped (a new checkpoint's
-    file source lists every file again). ``kafka_from_ms`` (batch reads): each partition from its
-    first record with a timestamp at or after it."""
+    file source lists every file again)."""
     from pyspark.sql import functions as F
 
     src = config.source
@@ -134,7 +132,6 @@ def source_lines(
             streaming,
             starting,
             src.max_offsets_per_trigger,
-            from_timestamp_ms=kafka_from_ms,
         )
     raise ConfigError(f"source.kind {src.kind} has no line reader")
 
@@ -166,10 +163,12 @@ class RangeInput:
     rows: DataFrame  # validated rows (:data:`tidemark.records.PARSED_COLUMNS`)
     note: str  # what was read, for people
     files: pruning.FileSelection | None = None  # landing files read and skipped (local directories)
-    kafka_from_ms: int | None = None  # Kafka: each partition read from this timestamp on
+    offsets: pruning.OffsetSelection | None = None  # Kafka offsets read and skipped
 
     def describe(self) -> str:
-        return self.files.describe() if self.files is not None else self.note
+        if self.files is not None:
+            return self.files.describe()
+        return self.offsets.describe() if self.offsets is not None else self.note
 
 
 def parsed_range(
@@ -199,9 +198,7 @@ def parsed_range(
     earliest = pruning.earliest_arrival_ms(start_ms, config.validation.max_clock_skew)
     since = format_instant_ms(earliest)
     if src.kind == "kafka":
-        lines = source_lines(spark, config, streaming=False, kafka_from_ms=earliest)
-        note = f"Kafka offsets from the first with a timestamp at or after {since} to the end"
-        return RangeInput(parse_lines(lines, config.validation), note, kafka_from_ms=earliest)
+        return _kafka_range(spark, config, start_ms, end_ms, update_index)
     assert src.path is not None
     lines = read_landing_files(spark, src.path, streaming=False)
     files = _select_landing_files(config, lines, start_ms, end_ms, update_index)
@@ -257,6 +254,99 @@ def _select_landing_files(
         pruning.append_spans(config, new)
     spans.update((span.path, span) for span in new)
     return replace(select(), indexed=len(new))
+
+
+def _kafka_range(
+    spark: SparkSession, config: PipelineConfig, start_ms: int, end_ms: int, update_index: bool
+) -> RangeInput:
+    """The offsets of the topic that can hold ``[start, end)`` (:func:`pruning.select_offsets`),
+    indexing first the chunks the landing index does not describe yet."""
+    from tidemark.kafka import partition_offsets, read_offset_ranges
+
+    src, rules = config.source, config.validation
+    assert src.bootstrap_servers is not None and src.topic is not None
+    bootstrap, topic, size = src.bootstrap_servers, src.topic, src.index_chunk_offsets
+    earliest = pruning.earliest_arrival_ms(start_ms, rules.max_clock_skew)
+    topic_id, partitions = partition_offsets(bootstrap, topic, earliest, end_ms + rules.max_clock_skew)
+
+    def name(partition: int, chunk: int) -> str:
+        return pruning.chunk_name(topic_id, topic, partition, chunk)
+
+    candidates = [
+        name(p.partition, k) for p in partitions for k in range(p.current_end // size, p.end // size + 1)
+    ]
+    spans = pruning.read_spans(config, candidates)
+
+    def select() -> pruning.OffsetSelection:
+        return pruning.select_offsets(partitions, spans, name, start_ms, end_ms, size, rules.max_record_bytes)
+
+    selection = select()
+    if selection.to_index:
+        new = index_chunks(spark, config, selection.to_index, name)
+        if update_index:
+            pruning.append_spans(config, new)
+        spans.update((span.path, span) for span in new)
+        selection = replace(select(), indexed=len(new))
+    lines = read_offset_ranges(spark, bootstrap, topic, selection.ranges)
+    return RangeInput(parse_lines(lines, rules), selection.describe(), offsets=selection)
+
+
+def index_chunks(
+    spark: SparkSession,
+    config: PipelineConfig,
+    chunks: Sequence[tuple[int, int]],
+    name: Callable[[int, int], str],
+) -> list[pruning.FileSpan]:
+    """Landing index entries for Kafka ``chunks`` (partition, chunk): one Spark job reads their
+    offsets, parses them as the recompute does and keeps, per chunk, how many records have an
+    event time and the smallest and largest (valid or not). A chunk with no parsed record gets no
+    entry."""
+    from pyspark.sql import functions as F
+
+    from tidemark.kafka import read_offset_ranges
+
+    src, rules = config.source, config.validation
+    assert src.bootstrap_servers is not None and src.topic is not None
+    size = src.index_chunk_offsets
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for partition, chunk in sorted(chunks):
+        pruning.add_range(ranges.setdefault(partition, []), chunk * size, (chunk + 1) * size)
+    lines = read_offset_ranges(
+        spark, src.bootstrap_servers, src.topic, {p: tuple(r) for p, r in ranges.items()}
+    )
+    position = (
+        F.regexp_extract("source", r"/(\d+)@(\d+)$", 1),
+        F.regexp_extract("source", r"/(\d+)@(\d+)$", 2),
+    )
+    rows = (
+        parse_lines(lines, rules)
+        .select(
+            position[0].cast("int").alias("partition"),
+            F.floor(position[1].cast("long") / size).alias("chunk"),
+            "event_time",
+        )
+        .groupBy("partition", "chunk")
+        .agg(
+            F.count("event_time").alias("lines"),
+            F.min("event_time").alias("min_event_ms"),
+            F.max("event_time").alias("max_event_ms"),
+        )
+        .collect()
+    )
+    wanted = set(chunks)
+    return [
+        pruning.FileSpan(
+            path=name(row["partition"], row["chunk"]),
+            size=size,
+            modified_ms=0,
+            max_record_bytes=rules.max_record_bytes,
+            lines=int(row["lines"]),
+            min_event_ms=row["min_event_ms"],
+            max_event_ms=row["max_event_ms"],
+        )
+        for row in rows
+        if (row["partition"], row["chunk"]) in wanted
+    ]
 
 
 def index_landing_files(

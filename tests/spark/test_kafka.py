@@ -25,23 +25,21 @@ def test_kafka_stream_is_exactly_once_and_hosts_stay_in_one_partition(spark, kaf
     assert len(report.closed) == scenario.minutes and all(w.unexplained == 0 for w in report.closed)
 
 
-def test_the_kafka_recompute_starts_at_the_range_by_timestamp_and_still_counts_a_late_backlog(
-    spark, kafka, tmp_path
-):
+def test_the_kafka_recompute_reads_the_range_and_the_chunks_holding_its_late_backlog(spark, kafka, tmp_path):
     """Records published before the range could hold it (timestamp < start - skew) are not read;
-    a backlog published hours after the range is counted; a partition with nothing recent is
-    read from its end."""
+    of the offsets published after the range, only the chunks whose indexed span meets it are
+    (indexed by the first recompute, used by the next); a backlog published hours after the range
+    is counted; a partition with nothing recent is read from its end."""
     from confluent_kafka import Producer
 
     from tidemark.kafka import ensure_topic
-    from tidemark.pruning import earliest_arrival_ms
     from tidemark.reconcile import recompute_windows
     from tidemark.sources import parsed_range
 
     minute, hour = 60_000, 3_600_000
     start = 1_763_805_600_000  # 2025-11-22T10:00Z
     end = start + hour
-    topic = "prune-by-timestamp"
+    topic = "prune-by-offsets"
     ensure_topic(kafka.bootstrap, topic)
     producer = Producer({"bootstrap.servers": kafka.bootstrap})
     published: dict[str, int] = {}  # event_id -> event time, of the records that count
@@ -60,26 +58,46 @@ def test_the_kafka_recompute_starts_at_the_range_by_timestamp_and_still_counts_a
     for i in range(30):  # the hour, published on time
         t = start + i * 2 * minute
         publish(f"hour-{i}", t, t + 1_000, i % 3, counts=True)
+    for i in range(60):  # the two hours after, published on time
+        t = end + i * 2 * minute
+        publish(f"after-{i}", t, t + 1_000, i % 3, counts=False)
     for i in range(5):  # the hour again, from a host that was down: published three hours later
         t = start + i * 11 * minute
         publish(f"backlog-{i}", t, end + 3 * hour, 0, counts=True)
+    for i in range(6):  # and more of the hours after
+        t = end + 3 * hour + i * minute
+        publish(f"later-{i}", t, t + 1_000, 0, counts=False)
     assert producer.flush(60) == 0
 
     config = write_config(
         tmp_path,
         name="kprune",
-        source={"kind": "kafka", "bootstrap_servers": kafka.bootstrap, "topic": topic, "path": None},
+        source={
+            "kind": "kafka",
+            "bootstrap_servers": kafka.bootstrap,
+            "topic": topic,
+            "path": None,
+            "index_chunk_offsets": 4,
+        },
     )
-    source = parsed_range(spark, config, start, end)
-    assert source.kafka_from_ms == earliest_arrival_ms(start, config.validation.max_clock_skew)
-    read = {r.event_id for r in source.rows.select("event_id").collect()}
-    assert read == set(published)  # the last old record was published at start - 9 min
+    first = parsed_range(spark, config, start, end)
+    assert first.offsets is not None
+    assert first.offsets.before_range == 18  # the last old record was published at start - 9 min
+    assert first.offsets.indexed > 0 and first.offsets.outside_span > 0
+    read = {r.event_id for r in first.rows.select("event_id").collect()}
+    assert read >= set(published) and not any(e.startswith("old-") for e in read)
+    after_read = len([e for e in read if e.startswith(("after-", "later-"))])
+    # of 66: those up to the chunk boundary after the range, the backlog's chunks and the tails
+    assert after_read <= 16 and first.offsets.outside_span >= 12, first.describe()
 
-    rows = recompute_windows(spark, config, start, end, source=source).collect()
+    again = parsed_range(spark, config, start, end)  # the index now speaks for the chunks
+    assert again.offsets is not None and again.offsets.indexed == 0
+    assert again.offsets.ranges == first.offsets.ranges
+    assert "read" in again.describe() and "indexed now" in again.describe()
+
+    rows = recompute_windows(spark, config, start, end, source=again).collect()
     everything = parsed_range(spark, config, start, end, prune=False)
-    assert {r.event_id for r in everything.rows.select("event_id").collect()} >= {
-        f"old-{i}" for i in range(18)
-    }
+    assert len({r.event_id for r in everything.rows.select("event_id").collect()}) == 18 + 30 + 60 + 5 + 6
     unpruned = recompute_windows(spark, config, start, end, source=everything).collect()
     counts = {r.window_start_ms: r.events for r in rows}
     expected: dict[int, int] = {}

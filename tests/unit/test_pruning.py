@@ -7,13 +7,16 @@ import os
 
 import pytest
 
+from tidemark.kafka import PartitionOffsets
 from tidemark.pruning import (
     MTIME_MARGIN_MS,
     FileSpan,
     LandingFile,
+    chunk_name,
     earliest_arrival_ms,
     list_landing,
     select_files,
+    select_offsets,
     spark_file_name,
 )
 
@@ -159,3 +162,72 @@ def test_the_landing_listing_has_what_spark_reads_with_size_and_modification_tim
     assert list_landing(tmp_path.as_uri()) == expected
     assert list_landing(str(tmp_path / "missing")) is None
     assert list_landing("s3a://bucket/landing") is None
+
+
+# Kafka: the same rules over a partition's offsets, chunks of C standing for files.
+C = 100
+
+
+def _name(partition: int, chunk: int) -> str:
+    return chunk_name("id-1", "clicks", partition, chunk)
+
+
+def _chunk_span(partition: int, chunk: int, lo: int | None, hi: int | None, **changes) -> FileSpan:
+    return _span(LandingFile(_name(partition, chunk), C, 0), lo, hi, **changes)
+
+
+def _offsets(partitions, spans=()):
+    return select_offsets(partitions, {s.path: s for s in spans}, _name, START, END, C, LIMIT)
+
+
+def test_a_partition_is_read_from_the_range_start_to_the_chunk_after_it_then_indexed_chunks_and_its_tail():
+    # offsets 0-149 published before the range could hold it; the range's own offsets end at 230.
+    p = PartitionOffsets(partition=0, first=20, start=150, current_end=230, end=675)
+    chosen = _offsets([p])
+    # unindexed: everything from 150 is read, chunks 3, 4 and 5 named to be indexed
+    assert chosen.ranges == {0: ((150, 675),)}
+    assert chosen.to_index == ((0, 3), (0, 4), (0, 5))
+    assert chosen.before_range == 130 and chosen.offsets_read == 525
+    spans = [
+        _chunk_span(0, 3, START - 1, START + 5),  # meets the range: read
+        _chunk_span(0, 4, END, END + 9),  # after it: skipped
+        _chunk_span(0, 5, START + 60_000, END - 1),  # a backlog of the range: read
+    ]
+    chosen = _offsets([p], spans)
+    assert chosen.ranges == {0: ((150, 400), (500, 675))}
+    assert chosen.to_index == () and chosen.outside_span == 1 and chosen.chunks_read == 2
+    assert "425 read (130 published before the range skipped; 2 later chunks" in chosen.describe()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"max_record_bytes": LIMIT - 1}, {"size": C + 1}, {"path": chunk_name("id-2", "clicks", 0, 3)}],
+)
+def test_a_chunk_entry_built_otherwise_or_for_another_topic_id_does_not_rule_it_out(changes):
+    p = PartitionOffsets(partition=0, first=0, start=150, current_end=230, end=400)
+    chosen = _offsets([p], [_chunk_span(0, 3, END, END + 9, **changes)])
+    assert chosen.ranges == {0: ((150, 400),)} and chosen.to_index == ((0, 3),)
+
+
+def test_a_partition_with_nothing_recent_is_not_read_and_an_aligned_end_reads_no_tail():
+    quiet = PartitionOffsets(partition=1, first=0, start=500, current_end=500, end=500)
+    aligned = PartitionOffsets(partition=2, first=0, start=100, current_end=200, end=300)
+    chosen = _offsets([quiet, aligned], [_chunk_span(2, 2, END, END)])
+    assert chosen.ranges == {2: ((100, 200),)} and chosen.before_range == 600
+    assert chosen.outside_span == 1 and chosen.to_index == ()
+
+
+def test_offsets_published_while_the_range_was_current_are_read_whatever_the_index_says():
+    # chunk 1 holds the range's own offsets (up to 130): an entry saying it misses the range is
+    # not consulted. Chunk 2 is complete and indexed outside: skipped; 300-340 is the tail.
+    p = PartitionOffsets(partition=0, first=0, start=90, current_end=130, end=340)
+    chosen = _offsets([p], [_chunk_span(0, 1, END + 1, END + 2), _chunk_span(0, 2, END + 1, END + 2)])
+    assert chosen.ranges == {0: ((90, 200), (300, 340))}
+    assert chosen.outside_span == 1 and chosen.chunks_read == 0
+
+
+def test_the_last_chunk_is_read_even_when_an_entry_for_it_says_it_misses_the_range():
+    # an entry for a chunk can only come from when it was complete; a partial one is never trusted
+    p = PartitionOffsets(partition=0, first=0, start=90, current_end=130, end=260)
+    chosen = _offsets([p], [_chunk_span(0, 2, END + 1, END + 2)])
+    assert chosen.ranges == {0: ((90, 260),)} and chosen.outside_span == 0
