@@ -261,3 +261,15 @@ def rss_kb(pid: int | str = "self") -> tuple[int, int]:
 
 def jvm_pid(spark: SparkSession) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def tests_conftest():
+    """tests/conftest.py (the project's broker), loaded by path: under pytest a module named
+    ``conftest`` is already some other directory's (bench/report.py imports this file there)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tidemark_tests_conftest", ROOT / "tests" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -38,6 +38,7 @@ from benchlib import (  # noqa: E402
     md_table,
     median,
     run_baseline,
+    tests_conftest,
     write_results,
 )
 from helpers import write_config  # noqa: E402
@@ -49,18 +50,6 @@ from tidemark.stream import start_stream  # noqa: E402
 from tidemark.tables import read_local, table_exists  # noqa: E402
 
 SYSTEMS = ("baseline", "exactly_once", "at_least_once")
-
-
-def _tests_conftest():
-    """tests/conftest.py (the project's broker), loaded by path: under pytest a module named
-    ``conftest`` is already some other directory's (bench/report.py imports this file there)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tidemark_tests_conftest", ROOT / "tests" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 if TYPE_CHECKING:
@@ -241,7 +230,7 @@ def main() -> None:
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     print(f"machine: {machine_line()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
-    broker = _tests_conftest().KafkaBroker(root / "kafka")
+    broker = tests_conftest().KafkaBroker(root / "kafka")
     broker.start()
     try:
         scenario = Scenario(

@@ -3,6 +3,7 @@ with only the files holding that hour present.
 
     .venv/bin/python bench/reconcile_retention.py [--hosts 300] [--rate 10] [--hours 24]
         [--rounds 5] [--before-rounds 3] [--workdir var/bench/retention]
+        [--source kafka [--chunk-offsets 2000]]
 
 Generates ``--hours`` of landing files, one per minute of arrival and dated at the end of it, as a
 collector writes them (1% publisher retries, 0.01% bad lines; one host is down from an hour before
@@ -13,7 +14,15 @@ landing directory; the files landed until two minutes after the hour (``airflow.
 what the hourly reconciliation DAG finds) are linked into a third. Each directory gets its own
 pipeline (its own landing index).
 
-Timed, in one Spark session, after a warm-up parse of the hour's directory:
+``--source kafka`` does the same with topics instead of directories: the project's broker
+(``scripts/kafka.sh``) is started on free ports, and each arrival span is published, keyed by host,
+with the span's end as its records' timestamp, to a topic per case (the day; the spans holding a
+record of the hour; those landed until two minutes after it). Each topic is its own pipeline with
+``source.index_chunk_offsets`` ``--chunk-offsets`` (2,000: 2.7 minutes of one of the 4
+partitions at the default rate). Choosing the input asks the broker for offsets and reads the
+landing index (no Spark job).
+
+Timed, in one Spark session, after a warm-up parse of the hour's directory (topic):
 
 * ``cold``: the first :func:`tidemark.reconcile.reconcile` of the middle hour in each directory
   (what ``tidemark reconcile`` runs): the landing index is empty, so the files that landed more
@@ -35,6 +44,7 @@ the parameters change.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
@@ -45,9 +55,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import DEFAULT_WORKDIR, load_line, machine_line, md_table, median, pipeline_config, session
+from benchlib import (
+    DEFAULT_WORKDIR,
+    load_line,
+    machine_line,
+    md_table,
+    median,
+    pipeline_config,
+    session,
+    tests_conftest,
+)
 
 from tidemark.generator import Scenario, iter_buckets, write_file
+from tidemark.kafka import ensure_topic, flush, produce_line, producer
 from tidemark.reconcile import recompute_windows, reconcile
 from tidemark.sources import parsed_range
 from tidemark.timeutil import MS_PER_MINUTE, format_instant_ms
@@ -117,6 +137,30 @@ def link_until(landing: Path, out: Path, until_ms: int) -> int:
     return linked
 
 
+def publish_topics(s: Scenario, bootstrap: str, start_ms: int, end_ms: int, until_ms: int) -> dict[str, int]:
+    """Publish the scenario's arrival spans to one topic per case, each record stamped with its
+    span's end (the files' modification time): every span to the day's, the spans holding a record
+    of ``[start, end)`` to the hour's, those landed before ``until`` to the hourly one; the spans
+    each topic got."""
+    for name in CASES:
+        ensure_topic(bootstrap, f"retention-{name}")
+    to = producer(bootstrap)
+    spans = dict.fromkeys(CASES, 0)
+    for index, span_end_ms, lines in iter_buckets(s):
+        times = EVENT_TIME.findall("\n".join(lines).encode())
+        holds_hour = any(start_ms <= int(t) < end_ms for t in times)
+        targets = ["day", *(["hour"] if holds_hour else []), *(["hourly"] if span_end_ms < until_ms else [])]
+        for line in lines:
+            for name in targets:
+                produce_line(to, f"retention-{name}", line, span_end_ms)
+        for name in targets:
+            spans[name] += 1
+        if (index + 1) % 240 == 0:
+            print(f"  published {index + 1:,} spans", flush=True)
+    flush(to, bootstrap, 600)
+    return spans
+
+
 CASES = {
     "day": "day present",
     "hour": "the hour alone",
@@ -138,6 +182,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--before-rounds", type=int, default=3, help="recomputes without pruning")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "retention")
+    parser.add_argument("--source", choices=("files", "kafka"), default="files")
+    parser.add_argument("--chunk-offsets", type=int, default=2_000, help="Kafka: source.index_chunk_offsets")
     args = parser.parse_args()
     s = scenario(args.hosts, args.rate, args.hours)
     start_ms = s.start_ms + (args.hours // 2) * HOUR_MS
@@ -145,19 +191,43 @@ def main() -> None:
     print(f"machine: {machine_line()}", flush=True)
     files, lines = generate(s, args.workdir / "landing-day")
     day_dir = args.workdir / "landing-day"
-    hour_files = copy_the_hour(day_dir, args.workdir / "landing-hour", start_ms, end_ms)
-    until = link_until(day_dir, args.workdir / "landing-hourly", end_ms + 2 * MS_PER_MINUTE)
+    until_ms = end_ms + 2 * MS_PER_MINUTE
+    broker = None
+    if args.source == "kafka":
+        shutil.rmtree(args.workdir / "kafka", ignore_errors=True)
+        broker = tests_conftest().KafkaBroker(args.workdir / "kafka")
+        broker.first_start()
+        atexit.register(broker.stop)
+        t0 = time.monotonic()
+        published = publish_topics(s, broker.bootstrap, start_ms, end_ms, until_ms)
+        hour_files, until = published["hour"], published["hourly"]
+        print(f"published 3 topics in {time.monotonic() - t0:.0f} s", flush=True)
+    else:
+        hour_files = copy_the_hour(day_dir, args.workdir / "landing-hour", start_ms, end_ms)
+        until = link_until(day_dir, args.workdir / "landing-hourly", until_ms)
+    unit = "spans" if broker else "files"
     print(
-        f"input: {args.hours} h, {args.hosts} hosts x {args.rate} events/min: {files:,} files, "
+        f"input: {args.hours} h, {args.hosts} hosts x {args.rate} events/min: {files:,} {unit}, "
         f"{lines:,} lines; reconciled hour {format_instant_ms(start_ms)} .. {format_instant_ms(end_ms)}, "
-        f"held by {hour_files} files; {until} files landed until 2 min after it",
+        f"held by {hour_files} {unit}; {until} {unit} landed until 2 min after it",
         flush=True,
     )
     configs = {}
     for name in CASES:
-        root = args.workdir / f"pipeline-{name}"
+        root = args.workdir / f"pipeline-{args.source}-{name}"
         shutil.rmtree(root, ignore_errors=True)  # a new landing index each run
-        configs[name] = pipeline_config(root, f"retention-{name}", args.workdir / f"landing-{name}", 1)
+        source = {}
+        if broker is not None:
+            source = {
+                "kind": "kafka",
+                "path": None,
+                "bootstrap_servers": broker.bootstrap,
+                "topic": f"retention-{name}",
+                "index_chunk_offsets": args.chunk_offsets,
+            }
+        configs[name] = pipeline_config(
+            root, f"retention-{name}", args.workdir / f"landing-{name}", 1, source=source
+        )
 
     spark = session()
     # Warm-up: the parse and the aggregation compiled once, no landing index written.
@@ -172,11 +242,9 @@ def main() -> None:
         where = CASES[name]
         key = f"reconcile, {where}"
         times.setdefault(key, []).append(secs)
-        n = report.input_files or {}
-        notes[key] = (
-            f"{n.get('read', 0):,} of {n.get('listed', 0):,} files read; "
-            f"batch events {sum(w.batch_events for w in report.windows):,}"
-        )
+        n = report.input_files
+        read = f"{n.get('read', 0):,} of {n.get('listed', 0):,} files read" if n else report.input
+        notes[key] = f"{read}; batch events {sum(w.batch_events for w in report.windows):,}"
         print(f"  {key}: {secs:.2f} s; {report.input}", flush=True)
         # The part that depends on what the directory holds: listing, index lookup, filters.
         choosing = f"  of which choosing the input (no Spark job), {where}"
@@ -191,7 +259,7 @@ def main() -> None:
         secs, rows = timed(lambda: recompute_windows(spark, config, start_ms, end_ms, source).collect())
         key = "recompute without pruning, day present (before)"
         times.setdefault(key, []).append(secs)
-        notes[key] = f"{files:,} of {files:,} files read; batch events {sum(r.events for r in rows):,}"
+        notes[key] = f"all {files:,} {unit}; batch events {sum(r.events for r in rows):,}"
         print(f"  {key}: {secs:.2f} s", flush=True)
 
     cold: dict[str, float] = {}
