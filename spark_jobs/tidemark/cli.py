@@ -715,8 +715,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # one line for known set-up problems; tracebacks for the rest
         from tidemark.identity import IdentityError
         from tidemark.resources import SetupError
+        from tidemark.sources import SourceRangeError
 
-        if isinstance(exc, (SetupError, IdentityError)):
+        if isinstance(exc, (SetupError, IdentityError, SourceRangeError)):
             print(f"tidemark: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         raise

@@ -273,6 +273,14 @@ def add_range(runs: list[tuple[int, int]], start: int, end: int) -> None:
         runs.append((start, end))
 
 
+def past_retention(partitions: Iterable[PartitionOffsets]) -> list[int]:
+    """The partitions whose oldest kept record is already at or after the range's earliest
+    arrival while older offsets were deleted: the broker may have dropped records of the range,
+    so a recompute from what is left could be short. A partition the broker emptied is not named:
+    nothing says when its last record was published, and an idle partition empties that way."""
+    return [p.partition for p in partitions if 0 < p.first == p.start < p.end]
+
+
 def chunk_name(topic_id: str, topic: str, partition: int, chunk: int) -> str:
     """A chunk's name in the landing index."""
     return f"kafka://{topic_id}/{topic}/{partition}/{chunk}"

@@ -156,6 +156,10 @@ def parse_lines(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
     return parse_records(drop_blank_lines(lines), rules)
 
 
+class SourceRangeError(RuntimeError):
+    """The source no longer holds everything a range's recompute needs."""
+
+
 @dataclass(frozen=True)
 class RangeInput:
     """A batch read of the source restricted to what can hold records of ``[start, end)``."""
@@ -268,6 +272,12 @@ def _kafka_range(
     bootstrap, topic, size = src.bootstrap_servers, src.topic, src.index_chunk_offsets
     earliest = pruning.earliest_arrival_ms(start_ms, rules.max_clock_skew)
     topic_id, partitions = partition_offsets(bootstrap, topic, earliest, end_ms + rules.max_clock_skew)
+    if lost := pruning.past_retention(partitions):
+        raise SourceRangeError(
+            f"kafka: topic {topic} partition(s) {', '.join(map(str, lost))} no longer hold what was "
+            f"published before {format_instant_ms(earliest)} (deleted by the broker's retention): "
+            f"the range starting {format_instant_ms(start_ms)} cannot be recomputed in full"
+        )
 
     def name(partition: int, chunk: int) -> str:
         return pruning.chunk_name(topic_id, topic, partition, chunk)

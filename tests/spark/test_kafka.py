@@ -104,3 +104,58 @@ def test_the_kafka_recompute_reads_the_range_and_the_chunks_holding_its_late_bac
     for t in published.values():
         expected[t - t % minute] = expected.get(t - t % minute, 0) + 1
     assert counts == expected == {r.window_start_ms: r.events for r in unpruned}
+
+
+def test_a_range_the_brokers_retention_has_reached_is_refused_with_one_line(spark, kafka, tmp_path, capsys):
+    """Records deleted by the broker may have held the range: the recompute refuses rather than
+    count short, and `tidemark reconcile` says so in one line."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from tidemark.cli import main
+    from tidemark.kafka import ensure_topic
+    from tidemark.sources import SourceRangeError, parsed_range
+    from tidemark.timeutil import format_instant_ms
+
+    minute = 60_000
+    start = 1_763_805_600_000
+    topic = "past-retention"
+    ensure_topic(kafka.bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(20):
+        t = start + i * minute
+        value = json.dumps({"event_id": f"e{i}", "host": "h", "event_time": t, "key": "k"})
+        producer.produce(topic, value=value.encode(), partition=0, timestamp=t + 1_000)
+    assert producer.flush(60) == 0
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    deleted = admin.delete_records([TopicPartition(topic, 0, 10)])  # the first 10 minutes are gone
+    assert all(f.result(timeout=30).low_watermark == 10 for f in deleted.values())
+
+    config = write_config(
+        tmp_path,
+        name="kretention",
+        source={"kind": "kafka", "bootstrap_servers": kafka.bootstrap, "topic": topic, "path": None},
+    )
+    # the second ten minutes are still all there: recomputed
+    kept = parsed_range(spark, config, start + 16 * minute, start + 20 * minute)
+    assert {r.event_id for r in kept.rows.collect()} >= {"e16", "e17", "e18", "e19"}
+    try:
+        parsed_range(spark, config, start, start + 20 * minute)
+    except SourceRangeError as exc:
+        assert "partition(s) 0" in str(exc)
+    else:
+        raise AssertionError("a range whose records the broker deleted was recomputed")
+
+    code = main(
+        [
+            "reconcile",
+            "--config",
+            str(tmp_path / "kretention.yaml"),
+            "--start",
+            format_instant_ms(start),
+            "--end",
+            format_instant_ms(start + 20 * minute),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and "retention" in err[0], err

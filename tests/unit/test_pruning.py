@@ -15,6 +15,7 @@ from tidemark.pruning import (
     chunk_name,
     earliest_arrival_ms,
     list_landing,
+    past_retention,
     select_files,
     select_offsets,
     spark_file_name,
@@ -231,3 +232,11 @@ def test_the_last_chunk_is_read_even_when_an_entry_for_it_says_it_misses_the_ran
     p = PartitionOffsets(partition=0, first=0, start=90, current_end=130, end=260)
     chosen = _offsets([p], [_chunk_span(0, 2, END + 1, END + 2)])
     assert chosen.ranges == {0: ((90, 260),)} and chosen.outside_span == 0
+
+
+def test_a_range_older_than_what_the_broker_kept_is_named_and_one_within_it_is_not():
+    deleted = PartitionOffsets(partition=0, first=500, start=500, current_end=600, end=900)
+    kept_before = PartitionOffsets(partition=1, first=500, start=520, current_end=600, end=900)
+    never_deleted = PartitionOffsets(partition=2, first=0, start=0, current_end=10, end=20)
+    emptied = PartitionOffsets(partition=3, first=70, start=70, current_end=70, end=70)
+    assert past_retention([deleted, kept_before, never_deleted, emptied]) == [0]
