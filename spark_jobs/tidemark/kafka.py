@@ -92,14 +92,11 @@ def publish_scenario(
     progress: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     spans: Container[int] | None = None,
-    arrival_timestamps: bool = False,
 ) -> Truth:
     """Publish a scenario's lines in arrival order, keyed by host (malformed lines without a host
     go unkeyed). ``live`` paces each arrival span to the clock, as the file generator does.
     ``spans`` publishes only those arrival spans (file indexes), so a test can let the rest of
-    the input arrive later; the returned truth still describes the whole scenario.
-    ``arrival_timestamps`` stamps each record with the end of its arrival span, as the file
-    generator dates its files (otherwise the broker's clock stamps it)."""
+    the input arrive later; the returned truth still describes the whole scenario."""
     ensure_topic(bootstrap, topic)
     to = producer(bootstrap)
     truth = Truth()
@@ -113,7 +110,7 @@ def publish_scenario(
         if live and (wait := (end_ms - now_ms()) / 1000) > 0:
             sleep(wait)
         for line in lines:
-            produce_line(to, topic, line, end_ms if arrival_timestamps else None)
+            produce_line(to, topic, line)
         truth.files += 1
         truth.lines += len(lines)
         if progress:
@@ -183,7 +180,6 @@ def read_offset_ranges(
     """The records of the given ``[from, to)`` offset ranges per partition, as :func:`read_topic`
     lines: one Kafka read per range of each partition's (the first ranges of all partitions
     together, then the second, ...), unioned."""
-    from pyspark.sql import functions as F
 
     reads = []
     for wave in range(max((len(r) for r in ranges.values()), default=0)):
@@ -199,9 +195,7 @@ def read_offset_ranges(
         reads.append(_lines(reader.load()))
     if not reads:
         return spark.createDataFrame([], "raw string, source string, arrival_ms bigint")
-    return reduce(lambda a, b: a.unionByName(b), reads).select(
-        F.col("raw"), F.col("source"), F.col("arrival_ms")
-    )
+    return reduce(lambda a, b: a.unionByName(b), reads)
 
 
 def read_topic(

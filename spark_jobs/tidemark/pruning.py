@@ -303,23 +303,25 @@ class OffsetSelection:
     def offsets_read(self) -> int:
         return sum(b - a for runs in self.ranges.values() for a, b in runs)
 
-    def summary(self) -> dict[str, int]:
-        return {
-            "offsets_read": self.offsets_read,
-            "offsets_before_range": self.before_range,
-            "chunks_read": self.chunks_read,
-            "chunks_skipped_by_index": self.outside_span,
-            "chunks_indexed_now": self.indexed,
-        }
-
     def describe(self) -> str:
-        n = self.summary()
         return (
-            f"Kafka offsets: {n['offsets_read']:,} read ({n['offsets_before_range']:,} published "
-            f"before the range skipped; {n['chunks_read']:,} later chunks of {self.chunk_offsets:,} "
-            f"read, {n['chunks_skipped_by_index']:,} outside the range by the landing index; "
-            f"{n['chunks_indexed_now']:,} indexed now)"
+            f"Kafka offsets: {self.offsets_read:,} read ({self.before_range:,} published before the "
+            f"range skipped; {self.chunks_read:,} later chunks of {self.chunk_offsets:,} read, "
+            f"{self.outside_span:,} outside the range by the landing index; {self.indexed:,} indexed now)"
         )
+
+
+def _own_end(p: PartitionOffsets, size: int) -> int:
+    """Where a partition's offsets published while the range was current end: the chunk
+    boundary after ``current_end`` (or the partition's end)."""
+    return min(p.end, max(p.start, -(-p.current_end // size) * size))
+
+
+def later_chunks(p: PartitionOffsets, size: int) -> range:
+    """The complete chunks after a partition's own offsets for the range: those the landing
+    index decides (read, skipped or to index)."""
+    own_end = _own_end(p, size)
+    return range(own_end // size, p.end // size) if own_end % size == 0 else range(0)
 
 
 def select_offsets(
@@ -343,23 +345,18 @@ def select_offsets(
         before += p.start - p.first
         runs: list[tuple[int, int]] = []
         read = partial(add_range, runs)
-        # The range's own offsets, to the next chunk boundary.
-        own_end = min(p.end, max(p.start, -(-p.current_end // size) * size))
+        own_end = _own_end(p, size)
         read(p.start, own_end)
-        chunk = own_end // size
-        while own_end % size == 0 and (chunk + 1) * size <= p.end:
+        for chunk in later_chunks(p, size):
             key = name(p.partition, chunk)
             span = spans.get(key)
-            if span is not None and span.describes(LandingFile(key, size, 0), max_record_bytes):
-                if not span.may_hold(start_ms, end_ms):
-                    outside += 1
-                    chunk += 1
-                    continue
-            else:
+            if span is None or not span.describes(LandingFile(key, size, 0), max_record_bytes):
                 to_index.append((p.partition, chunk))
+            elif not span.may_hold(start_ms, end_ms):
+                outside += 1
+                continue
             chunks_read += 1
             read(chunk * size, (chunk + 1) * size)
-            chunk += 1
         # The last, incomplete chunk.
         read(max(own_end, p.end // size * size), p.end)
         if runs:

@@ -282,9 +282,7 @@ def _kafka_range(
     def name(partition: int, chunk: int) -> str:
         return pruning.chunk_name(topic_id, topic, partition, chunk)
 
-    candidates = [
-        name(p.partition, k) for p in partitions for k in range(p.current_end // size, p.end // size + 1)
-    ]
+    candidates = [name(p.partition, k) for p in partitions for k in pruning.later_chunks(p, size)]
     spans = pruning.read_spans(config, candidates)
 
     def select() -> pruning.OffsetSelection:
