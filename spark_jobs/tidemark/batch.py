@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tidemark import checkpoint as C
 from tidemark import schemas as S
@@ -166,6 +167,9 @@ class _Input:
     rows: DataFrame  # the batch's unique rows (good and bad), with ingest_ts
     counted: DataFrame  # where per-host counts and quarantined lines are read (see _count_per_host)
     removed: pd.DataFrame  # (host, event_time) of the retries deduplication took out on the driver
+    # the count columns (_count_columns) of every row of ``counted``, when deduplication's hash
+    # pass collected them already; None: collected by the count step
+    scanned: pa.Table | None
     batch_ts_ms: int
     source_progress: str | None
     # per host, the records kept although behind its progress (tidemark.dedup); None: not counted
@@ -176,7 +180,7 @@ class _Input:
 class _Counts:
     """Step 1: the batch per host."""
 
-    per_host: pd.DataFrame  # host (NULL: quarantined lines), progress_ms, events, heartbeats, ...
+    per_host: pa.Table  # host (NULL: quarantined lines), progress_ms, events, heartbeats, ...
     events: int
     heartbeats: int
     quarantined: int
@@ -312,6 +316,7 @@ class BatchProcessor:
                 rows,
                 counted,
                 removed,
+                dedup.scanned if dedup else None,
                 batch_ts,
                 source.progress if source else None,
                 dedup.out_of_order if dedup else None,
@@ -349,11 +354,12 @@ class BatchProcessor:
             batch_ts_ms=batch_ts,
             horizon_ms=self.config.dedup_horizon,
             events_path=self.writer.path(S.EVENTS),
+            columns=_count_columns(),
             lap=phases.lap,
         )
         cached.extend(dedup.cached)
         if dedup.removed is None:  # resolved by Spark: count the deduplicated rows
-            return dedup.rows, dedup.rows, NO_REMOVED, dedup
+            return dedup.rows, dedup.rows, NO_REMOVED, dataclasses.replace(dedup, scanned=None)
         # resolved on the driver: count the cache as it is, less the removed copies
         return dedup.rows, rows, dedup.removed, dedup
 
@@ -371,43 +377,34 @@ class BatchProcessor:
         return self._commit(inp, counts, advance, closing, stall, state, phases)
 
     def _count_per_host(self, inp: _Input) -> _Counts:
-        """Step 1, one Spark job: per host, the batch's counts and progress.
+        """Step 1: per host, the batch's counts and progress.
 
         Events and heartbeats move a host; quarantined lines (clock skew included) never do, and
-        group under a NULL host whatever host they name. The counts are read from
-        ``inp.counted``: the batch before deduplication when deduplication resolved its retries
-        on the driver (so this read skips its joins), corrected by the removed copies; a removed
-        copy never moves its host (the row it copies has the same time)."""
-        from pyspark.sql import functions as F
-
-        ok = F.col("reason").isNull()
-        # One row per host in the batch (500k at a million hosts): collected as Arrow, which
-        # costs a fifth of toPandas's row-by-row transfer at that size (docs/benchmarks.md).
-        per_host = T.to_pandas(
-            inp.counted.groupBy(F.when(ok, F.col("host")).alias("host")).agg(
-                F.max(F.when(ok, F.col("event_time"))).alias("progress_ms"),
-                F.count_if(is_event_col()).alias("events"),
-                F.count_if(ok & F.col("heartbeat")).alias("heartbeats"),
-                F.count_if(~ok).alias("quarantined"),
-                F.max("upstream_lw").alias("upstream_lw"),
-            )
-        )
-        if len(inp.removed):
-            per_host = _without_removed(per_host, inp.removed)
+        group under a NULL host whatever host they name. The count columns of every row come to
+        the driver as Arrow (~30 bytes a row) and are grouped there: deduplication's hash pass
+        collects them in its own Spark job (``inp.scanned``: the batch before deduplication,
+        corrected by the removed copies; a removed copy never moves its host, the row it copies
+        has the same time), else one job collects them here. Grouping on the driver costs what
+        the batch's rows cost; Spark's shuffle and hash aggregation over ~400k host names a
+        batch at a million hosts cost four times as much (docs/benchmarks.md)."""
+        scanned = inp.scanned
+        if scanned is None:
+            scanned = inp.counted.select(*_count_columns()).toArrow()
+        per_host = _per_host(scanned, inp.removed)
         return _Counts(
             per_host=per_host,
-            events=int(per_host["events"].sum()),
-            heartbeats=int(per_host["heartbeats"].sum()),
-            quarantined=int(per_host["quarantined"].sum()),
-            upstream_lw=_optional_int(per_host["upstream_lw"].dropna().max()),
-            batch_ts_ms=inp.batch_ts_ms if len(per_host) else None,
+            events=_total(per_host["events"]),
+            heartbeats=_total(per_host["heartbeats"]),
+            quarantined=_total(per_host["quarantined"]),
+            upstream_lw=pc.max(per_host["upstream_lw"]).as_py(),
+            batch_ts_ms=inp.batch_ts_ms if per_host.num_rows else None,
         )
 
     def _advance_watermark(self, counts: _Counts, state: PipelineState, batch_id: int) -> _Advance:
         """Step 2: host progress -> precise watermark (never backwards) -> status."""
         wm = self.config.watermark
-        moved = counts.per_host[counts.per_host["progress_ms"].notna()]
-        hosts = state.progress.advance(moved["host"].to_numpy(), moved["progress_ms"].to_numpy(), batch_id)
+        moved = counts.per_host.filter(pc.is_valid(counts.per_host["progress_ms"]))
+        hosts = state.progress.advance(moved["host"], moved["progress_ms"].to_numpy(), batch_id)
         expected = self.hosts.current()
         names, values, silent = hosts.progress.population(expected)
         n_total = len(hosts.progress) if expected is None else len(expected)
@@ -719,13 +716,66 @@ def _summary(
     )
 
 
-def _without_removed(per_host: pd.DataFrame, removed: pd.DataFrame) -> pd.DataFrame:
-    """Per-host event counts less the removed events."""
-    less = removed.groupby("host").size()
-    out = per_host.set_index("host", drop=False)
-    hit = out.index.isin(less.index)
-    out.loc[hit, "events"] = out.loc[hit, "events"] - less.reindex(out.index[hit]).to_numpy()
-    return out.reset_index(drop=True)
+def _count_columns() -> list:
+    """Per row, what the count step sums per host: ``host`` and ``progress_ms`` (NULL for a
+    quarantined line), the three kinds as 0/1 flags, and the upstream low watermark."""
+    from pyspark.sql import functions as F
+
+    ok = F.col("reason").isNull()
+    return [
+        F.when(ok, F.col("host")).alias("host"),
+        F.when(ok, F.col("event_time")).alias("progress_ms"),
+        is_event_col().alias("events"),
+        (ok & F.coalesce(F.col("heartbeat"), F.lit(False))).alias("heartbeats"),
+        (~ok).alias("quarantined"),
+        F.col("upstream_lw").cast("long").alias("upstream_lw"),
+    ]
+
+
+_COUNTED = ("events", "heartbeats", "quarantined")
+
+
+def _per_host(rows: pa.Table, removed: pd.DataFrame) -> pa.Table:
+    """One row per host of the batch's count columns (:func:`_count_columns`): the latest
+    progress, the counts, the upstream low watermark; each removed copy (``removed``: host,
+    event_time) takes one event off its host."""
+    flags = {name: pc.cast(rows[name], pa.int64()) for name in _COUNTED}
+    table = pa.table(
+        {
+            "host": rows["host"],
+            "progress_ms": pc.cast(rows["progress_ms"], pa.int64()),
+            **flags,
+            "upstream_lw": pc.cast(rows["upstream_lw"], pa.int64()),
+        }
+    )
+    if len(removed):
+        n = len(removed)
+        zeros = pa.array(np.zeros(n, np.int64))
+        less = pa.table(
+            {
+                "host": pa.array(removed["host"].to_numpy(dtype=object), pa.string()),
+                "progress_ms": pa.nulls(n, pa.int64()),
+                "events": pa.array(np.full(n, -1, np.int64)),
+                "heartbeats": zeros,
+                "quarantined": zeros,
+                "upstream_lw": pa.nulls(n, pa.int64()),
+            }
+        )
+        table = pa.concat_tables([table, less.cast(table.schema)])
+    grouped = table.group_by("host").aggregate(
+        [("progress_ms", "max"), *((name, "sum") for name in _COUNTED), ("upstream_lw", "max")]
+    )
+    return grouped.rename_columns(
+        {
+            "progress_ms_max": "progress_ms",
+            "upstream_lw_max": "upstream_lw",
+            **{f"{n}_sum": n for n in _COUNTED},
+        }
+    ).select(["host", "progress_ms", *_COUNTED, "upstream_lw"])
+
+
+def _total(column) -> int:
+    return int(pc.sum(column).as_py() or 0)
 
 
 def _optional_int(value) -> int | None:

@@ -16,7 +16,8 @@ its sources, because a host publishes in event-time order:
   own time, not every file stored since.
 * Copies inside the batch are found by a 64-bit hash of the event id: the batch's hashes are
   sorted on the driver (:func:`suspects_of`, 8 bytes and a flag a row); only ids whose hash
-  repeats are compared as strings.
+  repeats are compared as strings. The same Spark job collects any other per-row columns the
+  caller asks for (the batch counts its hosts from them: :attr:`DedupResult.scanned`).
 
 Only the rows of the two suspect kinds leave the cached batch: they are collected, resolved on
 the driver (catalog rows dropped, one row kept per id) and put back beside the rest. Above
@@ -32,17 +33,19 @@ an earlier run stored is still found.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tidemark import tables as T
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from tidemark.progress import HostProgress
 
@@ -81,6 +84,9 @@ class DedupResult:
     # order (ties at the progress mark are not). None when Spark resolved the suspects (not
     # counted there).
     out_of_order: pd.DataFrame | None = None
+    # The ``columns`` the caller asked for, of every row of the batch before deduplication
+    # (collected by the hash pass).
+    scanned: pa.Table | None = None
 
 
 def deduplicate(
@@ -92,13 +98,15 @@ def deduplicate(
     batch_ts_ms: int,
     horizon_ms: int,
     events_path: str,
+    columns: Sequence[Column] = (),
     lap=lambda name: None,
 ) -> DedupResult:
     """``batch`` (cached, with ``ingest_ts``) without the publisher retries it holds.
 
     ``progress`` is the host progress the previous batch committed. The batch's :data:`HASH`
     column holds each event's id hash (NULL for a heartbeat or bad line: those are never
-    retries)."""
+    retries). ``columns`` (named expressions over the batch) are collected per row by the same
+    Spark job as the hashes and returned as :attr:`DedupResult.scanned`."""
     from pyspark.sql import functions as F
 
     # A candidate's event time is at most its host's progress, so at most the highest progress:
@@ -108,12 +116,16 @@ def deduplicate(
     ceiling = progress.max_ms()
     below = _at_or_below(ceiling) if ceiling is not None else F.lit(False)
     # 1. Suspect hashes: repeated in the batch, or held by a row at or below the ceiling.
-    found = batch.where(F.col(HASH).isNotNull()).select(HASH, below.alias("_below")).toArrow()
-    suspect_hashes, n_suspects = suspects_of(found[HASH].to_numpy(), found["_below"].to_numpy())
+    found = batch.select(HASH, below.alias("_below"), *columns).toArrow()
+    hashed = pc.is_valid(found[HASH])
+    suspect_hashes, n_suspects = suspects_of(
+        found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
+    )
+    scanned = found.drop_columns([HASH, "_below"])
     lap("dedup_hashes")
     if n_suspects == 0:
         # A record behind its host's progress is at or below the ceiling: a suspect. None here.
-        return DedupResult(batch, 0, 0, removed=NO_REMOVED, out_of_order=NO_OUT_OF_ORDER)
+        return DedupResult(batch, 0, 0, removed=NO_REMOVED, out_of_order=NO_OUT_OF_ORDER, scanned=scanned)
     hashes = spark.createDataFrame(pa.table({"_suspect": pa.array(suspect_hashes, pa.int64())}))
     on_hash = F.col(HASH) == F.col("_suspect")
     clean = batch.join(F.broadcast(hashes), on_hash, "left_anti")
@@ -129,7 +141,9 @@ def deduplicate(
         back = spark.createDataFrame(kept, schema=batch.schema) if kept.num_rows else None
         lap("dedup_back")
         result = clean if back is None else clean.unionByName(back)
-        return DedupResult(result, looked_up, len(removed), removed=removed, out_of_order=out_of_order)
+        return DedupResult(
+            result, looked_up, len(removed), removed=removed, out_of_order=out_of_order, scanned=scanned
+        )
     # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
     # no candidate cannot be there, so the lookup only costs time).
     suspects = suspects.persist()

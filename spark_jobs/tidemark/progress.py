@@ -161,10 +161,14 @@ class HostProgress:
 
     # -- the batch ------------------------------------------------------------------------
     def advance(self, hosts, progress_ms, batch_id: int) -> Advanced:
-        """The state after a batch whose hosts (unique) reached ``progress_ms``: each host's
-        maximum, ``last_batch = batch_id`` for every host moved or added. Work follows the
-        batch's hosts: a hash lookup each, plus the copy of the two arrays."""
-        names = np.asarray(hosts, dtype=object)
+        """The state after a batch whose hosts (unique; an Arrow string array, or any sequence
+        of names) reached ``progress_ms``: each host's maximum, ``last_batch = batch_id`` for
+        every host moved or added. Work follows the batch's hosts: a hash lookup each, plus the
+        copy of the two arrays. Names given as Arrow stay Arrow for the rows to store."""
+        if isinstance(hosts, pa.ChunkedArray):
+            hosts = hosts.combine_chunks()
+        arrow = hosts if isinstance(hosts, pa.Array) else None
+        names = hosts.to_numpy(zero_copy_only=False) if arrow is not None else np.asarray(hosts, dtype=object)
         values = np.asarray(progress_ms, dtype=np.int64)
         pos = self.index.get_indexer(pd.Index(names, dtype=object)) if len(self) else np.full(len(names), -1)
         known = pos >= 0
@@ -179,11 +183,18 @@ class HostProgress:
             index = index.append(pd.Index(names[new], dtype=object, name="host"))
             progress = np.concatenate([progress, values[new]])
             last = np.concatenate([last, np.full(int(new.sum()), batch_id, np.int64)])
-        changed_names = np.concatenate([names[known][moved], names[new]])
-        changed_values = np.concatenate([values[known][moved], values[new]])
+        # The changed rows, in the batch's order: the known hosts that moved and the new ones.
+        is_changed = new.copy()
+        is_changed[np.flatnonzero(known)[moved]] = True
+        changed_rows = np.flatnonzero(is_changed)
+        changed_values = values[changed_rows]
         changed = pa.table(
             {
-                "host": pa.array(changed_names, pa.string()),
+                "host": (
+                    arrow.take(pa.array(changed_rows, pa.int64())).cast(pa.string())
+                    if arrow is not None
+                    else pa.array(names[changed_rows], pa.string())
+                ),
                 "progress_ms": changed_values,
                 "last_batch": np.full(len(changed_values), batch_id, np.int64),
             },

@@ -34,7 +34,8 @@ def definition(values: np.ndarray, q: Fraction, population: int) -> int | None:
 
 def test_a_million_hosts_batch_by_batch_equal_the_definition():
     """Batches of 400k random hosts (some new) over 1M: the slots equal a dense reference
-    array, and the watermark over them equals the definition after every batch."""
+    array, and the watermark over them equals the definition after every batch. Names come as
+    Arrow (as the stream hands them) and as Python strings, batch about."""
     rng = np.random.default_rng(7)
     n, q = 1_000_000, Fraction(999, 1000)
     reference = np.full(n, -1, dtype=np.int64)  # -1: not seen yet
@@ -43,7 +44,9 @@ def test_a_million_hosts_batch_by_batch_equal_the_definition():
     for batch_id in range(6):
         ids = rng.choice(n if batch_id else n - 50_000, size=400_000, replace=False)
         times = BASE + batch_id * 60_000 + rng.integers(-90_000, 60_000, len(ids))
-        advanced = state.advance(names(ids), times, batch_id)
+        hosts = pa.array(names(ids), pa.large_string()) if batch_id % 2 else names(ids)
+        advanced = state.advance(hosts, times, batch_id)
+        assert advanced.changed.schema.field("host").type == pa.string()
         state = advanced.progress
         np.maximum.at(reference, ids, times)
         stored = [advanced.rows] if advanced.snapshot else [*stored, advanced.rows]
@@ -67,6 +70,10 @@ def test_a_batch_stores_only_the_hosts_it_moved():
     assert changed == {"host": ["a", "d"], "progress_ms": [15, 1], "last_batch": [4, 4]}
     assert advanced.progress.as_dict() == {"a": 15, "b": 20, "c": 30, "d": 1}
     assert state.as_dict() == {"a": 10, "b": 20, "c": 30}  # the previous state is unchanged
+    # The same batch with its names as Arrow (chunked, as a grouped table holds them).
+    arrow = state.advance(pa.chunked_array([["a"], ["b", "d"]]), [15, 5, 1], batch_id=4)
+    assert arrow.changed.to_pydict() == changed
+    assert arrow.progress.as_dict() == advanced.progress.as_dict()
 
 
 def test_the_log_is_replaced_by_a_snapshot_once_it_is_long():
