@@ -359,7 +359,7 @@ class BatchProcessor:
         )
         cached.extend(dedup.cached)
         if dedup.removed is None:  # resolved by Spark: count the deduplicated rows
-            return dedup.rows, dedup.rows, NO_REMOVED, dataclasses.replace(dedup, scanned=None)
+            return dedup.rows, dedup.rows, NO_REMOVED, dedup
         # resolved on the driver: count the cache as it is, less the removed copies
         return dedup.rows, rows, dedup.removed, dedup
 
@@ -381,7 +381,7 @@ class BatchProcessor:
 
         Events and heartbeats move a host; quarantined lines (clock skew included) never do, and
         group under a NULL host whatever host they name. The count columns of every row come to
-        the driver as Arrow (~30 bytes a row) and are grouped there: deduplication's hash pass
+        the driver as Arrow (~32 bytes a row) and are grouped there: deduplication's hash pass
         collects them in its own Spark job (``inp.scanned``: the batch before deduplication,
         corrected by the removed copies; a removed copy never moves its host, the row it copies
         has the same time), else one job collects them here. Grouping on the driver costs what
@@ -728,7 +728,7 @@ def _count_columns() -> list:
         is_event_col().alias("events"),
         (ok & F.coalesce(F.col("heartbeat"), F.lit(False))).alias("heartbeats"),
         (~ok).alias("quarantined"),
-        F.col("upstream_lw").cast("long").alias("upstream_lw"),
+        F.col("upstream_lw"),
     ]
 
 
@@ -739,15 +739,9 @@ def _per_host(rows: pa.Table, removed: pd.DataFrame) -> pa.Table:
     """One row per host of the batch's count columns (:func:`_count_columns`): the latest
     progress, the counts, the upstream low watermark; each removed copy (``removed``: host,
     event_time) takes one event off its host."""
-    flags = {name: pc.cast(rows[name], pa.int64()) for name in _COUNTED}
-    table = pa.table(
-        {
-            "host": rows["host"],
-            "progress_ms": pc.cast(rows["progress_ms"], pa.int64()),
-            **flags,
-            "upstream_lw": pc.cast(rows["upstream_lw"], pa.int64()),
-        }
-    )
+    table = rows.select(["host", "progress_ms", *_COUNTED, "upstream_lw"])
+    for name in _COUNTED:  # the 0/1 flags, summed as counts
+        table = table.set_column(table.schema.get_field_index(name), name, pc.cast(table[name], pa.int64()))
     if len(removed):
         n = len(removed)
         zeros = pa.array(np.zeros(n, np.int64))

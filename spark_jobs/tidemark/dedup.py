@@ -85,7 +85,8 @@ class DedupResult:
     # counted there).
     out_of_order: pd.DataFrame | None = None
     # The ``columns`` the caller asked for, of every row of the batch before deduplication
-    # (collected by the hash pass).
+    # (collected by the hash pass); None when Spark resolved the suspects (no ``removed`` to
+    # correct them by: read ``rows`` instead).
     scanned: pa.Table | None = None
 
 

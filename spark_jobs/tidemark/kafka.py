@@ -180,7 +180,6 @@ def read_offset_ranges(
     """The records of the given ``[from, to)`` offset ranges per partition, as :func:`read_topic`
     lines: one Kafka read per range of each partition's (the first ranges of all partitions
     together, then the second, ...), unioned."""
-
     reads = []
     for wave in range(max((len(r) for r in ranges.values()), default=0)):
         part = {p: r[wave] for p, r in ranges.items() if len(r) > wave}

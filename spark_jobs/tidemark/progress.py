@@ -165,9 +165,7 @@ class HostProgress:
         of names) reached ``progress_ms``: each host's maximum, ``last_batch = batch_id`` for
         every host moved or added. Work follows the batch's hosts: a hash lookup each, plus the
         copy of the two arrays. Names given as Arrow stay Arrow for the rows to store."""
-        if isinstance(hosts, pa.ChunkedArray):
-            hosts = hosts.combine_chunks()
-        arrow = hosts if isinstance(hosts, pa.Array) else None
+        arrow = hosts if isinstance(hosts, (pa.Array, pa.ChunkedArray)) else None
         names = hosts.to_numpy(zero_copy_only=False) if arrow is not None else np.asarray(hosts, dtype=object)
         values = np.asarray(progress_ms, dtype=np.int64)
         pos = self.index.get_indexer(pd.Index(names, dtype=object)) if len(self) else np.full(len(names), -1)

@@ -109,11 +109,11 @@ def test_the_kafka_recompute_reads_the_range_and_the_chunks_holding_its_late_bac
 def test_a_range_the_brokers_retention_has_reached_is_refused_with_one_line(spark, kafka, tmp_path, capsys):
     """Records deleted by the broker may have held the range: the recompute refuses rather than
     count short, and `tidemark reconcile` says so in one line."""
-    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
     from tidemark.cli import main
-    from tidemark.kafka import ensure_topic
+    from tidemark.kafka import ensure_topic, flush, produce_line, producer
     from tidemark.sources import SourceRangeError, parsed_range
     from tidemark.timeutil import format_instant_ms
 
@@ -121,12 +121,13 @@ def test_a_range_the_brokers_retention_has_reached_is_refused_with_one_line(spar
     start = 1_763_805_600_000
     topic = "past-retention"
     ensure_topic(kafka.bootstrap, topic, partitions=1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    to = producer(kafka.bootstrap)
     for i in range(20):
         t = start + i * minute
-        value = json.dumps({"event_id": f"e{i}", "host": "h", "event_time": t, "key": "k"})
-        producer.produce(topic, value=value.encode(), partition=0, timestamp=t + 1_000)
-    assert producer.flush(60) == 0
+        produce_line(
+            to, topic, json.dumps({"event_id": f"e{i}", "host": "h", "event_time": t, "key": "k"}), t + 1_000
+        )
+    flush(to, kafka.bootstrap, 60)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     deleted = admin.delete_records([TopicPartition(topic, 0, 10)])  # the first 10 minutes are gone
     assert all(f.result(timeout=30).low_watermark == 10 for f in deleted.values())
