@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pyarrow as pa
+import pandas as pd
 from benchlib import (
     DEFAULT_WORKDIR,
     load_line,
@@ -87,7 +87,7 @@ def run_batch(spark, config) -> dict:
     }
 
 
-def lookup(catalog: _Catalog, ids: pa.Array, ranges: list[tuple[int, int]], rounds: int) -> dict:
+def lookup(catalog: _Catalog, candidates: pd.DataFrame, ranges: list[tuple[int, int]], rounds: int) -> dict:
     from deltalake import DeltaTable
 
     dataset = DeltaTable(catalog.path).to_pyarrow_dataset()
@@ -95,7 +95,7 @@ def lookup(catalog: _Catalog, ids: pa.Array, ranges: list[tuple[int, int]], roun
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        found = catalog.seen(ids, ranges)
+        found = catalog.stored(candidates, ranges)
         times.append(time.perf_counter() - t0)
     return {"ranges": len(ranges), "files": files, "seconds": round(median(times), 4), "found": len(found)}
 
@@ -152,15 +152,22 @@ def main() -> None:
         write_file(landing, 900_000 + i, lines)
         results["probes"][name] = {**run_batch(spark, config), "lines": len(lines)}
     # The lookup itself on the 24-hour catalog, for the old + recent candidates.
-    candidates = [json.loads(x) for x in recent + old]
-    ids = pa.array([c["event_id"] for c in candidates], pa.string())
-    times = [c["event_time"] for c in candidates]
-    catalog = _Catalog(config.table_path(S.EVENTS), batch_id=10**9, since_ms=0)
+    records = [json.loads(x) for x in recent + old]
+    candidates = pd.DataFrame(
+        {
+            "host": [c["host"] for c in records],
+            "event_id": [c["event_id"] for c in records],
+            "event_time": [c["event_time"] for c in records],
+            "arrival_ms": end,
+        }
+    )
+    times = candidates["event_time"].tolist()
+    catalog = _Catalog(config.table_path(S.EVENTS), batch_id=10**9, horizon_ms=config.dedup_horizon)
     from deltalake import DeltaTable
 
     results["lookup"]["catalog_files"] = len(DeltaTable(catalog.path).file_uris())
-    results["lookup"]["per range"] = lookup(catalog, ids, time_ranges(times), args.rounds)
-    results["lookup"]["one [min, max]"] = lookup(catalog, ids, [(min(times), max(times))], args.rounds)
+    results["lookup"]["per range"] = lookup(catalog, candidates, time_ranges(times), args.rounds)
+    results["lookup"]["one [min, max]"] = lookup(catalog, candidates, [(min(times), max(times))], args.rounds)
     out = write_results("dedup_old_retry", args, catalog_events=stored, **results)
     print()
     print(render(json.loads(out.read_text())))

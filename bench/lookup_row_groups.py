@@ -9,7 +9,7 @@ per ``--sizes`` entry (``parquet.block.size`` in MiB; 128 is Spark's default, wh
 group per file; 4 is what maintenance now uses: ``tidemark.maintenance.ZORDER_ROW_GROUP_BYTES``).
 
 Per copy, in a fresh process each: ``--rounds`` lookups as a batch makes them
-(``tidemark.dedup._Catalog.seen``: delta-rs and pyarrow on the driver), each for ``--suspects``
+(``tidemark.dedup._Catalog.stored``: delta-rs and pyarrow on the driver), each for ``--suspects``
 stored ids drawn from a ``--width``-minute stretch of event time (the stretch moves back a minute
 per round, over the last 10 minutes); the lookup time, the process's RSS after each lookup over
 its RSS before the first, and its peak RSS over that. Then per copy, in one Spark session, a full
@@ -45,7 +45,7 @@ PY = sys.executable
 # The child: lookups on one copy, with the probes the parent drew.
 CHILD = r"""
 import json, sys, time
-import pyarrow as pa
+import pandas as pd
 from tidemark.dedup import _Catalog
 
 def status(field):  # MiB; VmHWM is this program's peak (ru_maxrss would carry the parent's over exec)
@@ -56,12 +56,13 @@ def rss():
     return status("VmRSS")
 
 path, probes = sys.argv[1], json.load(open(sys.argv[2]))
-catalog = _Catalog(path, probes["batch_id"], 0)
+catalog = _Catalog(path, probes["batch_id"], horizon_ms=10**15)
 base = rss()
 out = []
 for ids, ranges in probes["rounds"]:
+    candidates = pd.DataFrame({**ids, "arrival_ms": 0})
     began = time.perf_counter()
-    found = catalog.seen(pa.array(ids, pa.string()), [tuple(r) for r in ranges])
+    found = catalog.stored(candidates, [tuple(r) for r in ranges])
     out.append({"s": time.perf_counter() - began, "rss": rss() - base, "found": len(found)})
 peak = status("VmHWM") - base
 print(json.dumps({"base_mb": base, "peak_mb": peak, "lookups": out}))
@@ -131,9 +132,10 @@ def draw_probes(events: Path, args, root: Path) -> Path:
     from tidemark import tables as T
     from tidemark.dedup import time_ranges
 
-    table = T.open_table(str(events)).to_pyarrow_table(columns=["event_id", "event_time", "batch_id"])
+    table = T.open_table(str(events)).to_pyarrow_table(columns=["event_id", "host", "event_time", "batch_id"])
     times = table["event_time"].to_numpy()
     ids = table["event_id"].to_numpy(zero_copy_only=False)
+    hosts = table["host"].to_numpy(zero_copy_only=False)
     end = int(pc.max(table["event_time"]).as_py())
     rng = np.random.default_rng(7)
     rounds = []
@@ -141,7 +143,12 @@ def draw_probes(events: Path, args, root: Path) -> Path:
         hi = end - (r % 10) * 60_000
         pool = np.flatnonzero((times >= hi - args.width * 60_000) & (times <= hi))
         pick = rng.choice(pool, size=min(args.suspects, len(pool)), replace=False)
-        rounds.append([ids[pick].tolist(), time_ranges(times[pick])])
+        found = {
+            "host": hosts[pick].tolist(),
+            "event_id": ids[pick].tolist(),
+            "event_time": times[pick].tolist(),
+        }
+        rounds.append([found, time_ranges(times[pick])])
     path = root / "probes.json"
     batch_id = int(pc.max(table["batch_id"]).as_py()) + 1
     path.write_text(json.dumps({"batch_id": batch_id, "rounds": rounds}))
@@ -178,7 +185,7 @@ def main() -> None:
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         lookups = figures["lookups"]
         assert all(
-            x["found"] == len(ids)
+            x["found"] == len(ids["event_id"])
             for x, (ids, _) in zip(lookups, json.loads(probes.read_text())["rounds"], strict=True)
         )
         copies[size].update(

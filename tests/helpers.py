@@ -63,15 +63,22 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def oracle_good_records(landing: Path, arrivals: dict[str, int] | None = None) -> dict[str, dict]:
-    """Unique valid records by event_id, by the contract, in plain Python. A file's arrival is its
-    modification time, or ``arrivals[name]`` (ms) when given (the copy the stream read is
-    elsewhere, e.g. on object storage)."""
-    unique: dict[str, dict] = {}
-    for file in sorted(landing.iterdir()):
-        if file.name.startswith(("_", ".")):
-            continue
-        arrival = arrivals[file.name] if arrivals is not None else int(os.stat(file).st_mtime * 1000)
+def oracle_good_records(
+    landing: Path, arrivals: dict[str, int] | None = None, horizon_ms: int = 86_400_000
+) -> dict[tuple, dict]:
+    """Unique valid records by (host, event_id, event_time), by the contract, in plain Python. A
+    file's arrival is its modification time, or ``arrivals[name]`` (ms) when given (the copy the
+    stream read is elsewhere, e.g. on object storage). Files are read in arrival order, then name;
+    a copy arriving more than ``horizon_ms`` after the last copy that counted counts again (under
+    a key of its own: ``(host, event_id, event_time, n)`` for the n-th)."""
+    unique: dict[tuple, dict] = {}
+    last: dict[tuple, int] = {}
+    files = [f for f in landing.iterdir() if not f.name.startswith(("_", "."))]
+    timed = [
+        (arrivals[f.name] if arrivals is not None else int(os.stat(f).st_mtime * 1000), f.name, f)
+        for f in files
+    ]
+    for arrival, _, file in sorted(timed):
         for line in file.read_text(encoding="utf-8").splitlines():
             if not line.strip():
                 continue
@@ -93,15 +100,23 @@ def oracle_good_records(landing: Path, arrivals: dict[str, int] | None = None) -
                 continue
             if rec.get("key") is not None and not isinstance(rec["key"], str):
                 continue
-            unique.setdefault(eid, rec)
+            key = (host, eid, et)
+            if key in last and arrival - last[key] <= horizon_ms:
+                continue
+            n = sum(1 for k in unique if k[:3] == key) if key in last else 0
+            unique[key if n == 0 else (*key, n)] = rec
+            last[key] = arrival
     return unique
 
 
 def oracle_window_counts(
-    landing: Path, window_ms: int = 60_000, arrivals: dict[str, int] | None = None
+    landing: Path,
+    window_ms: int = 60_000,
+    arrivals: dict[str, int] | None = None,
+    horizon_ms: int = 86_400_000,
 ) -> Counter:
     counts: Counter = Counter()
-    for rec in oracle_good_records(landing, arrivals).values():
+    for rec in oracle_good_records(landing, arrivals, horizon_ms).values():
         et = rec["event_time"]
         counts[(et - et % window_ms, rec.get("key") or "")] += 1
     return counts
@@ -179,7 +194,7 @@ def assert_exactly_once(spark, config: PipelineConfig, truth) -> None:
     oracle = oracle_good_records(landing)
     events = table("events")
     assert events.count() == len(oracle) == truth.unique_events, "events lost or duplicated"
-    assert events.select("event_id").distinct().count() == events.count()
+    assert events.select("host", "event_id", "event_time").distinct().count() == events.count()
     combined, _late, duplicate_rows = stream_window_counts(spark, config)
     assert duplicate_rows == 0, "a window revision was written twice"
     oracle_counts = oracle_window_counts(landing)
@@ -188,7 +203,7 @@ def assert_exactly_once(spark, config: PipelineConfig, truth) -> None:
     assert_revisions_well_formed(spark, config)
     if (Path(config.table_path("late_events")) / "_delta_log").is_dir():  # no late records: no table
         late_rows = table("late_events")
-        assert late_rows.select("event_id").distinct().count() == late_rows.count()
+        assert late_rows.select("host", "event_id", "event_time").distinct().count() == late_rows.count()
     assert table("quarantine").count() == truth.malformed_lines, "quarantine lost or repeated"
     marks = table("watermarks").select("batch_id", "watermark_ms").orderBy("batch_id").collect()
     assert len({m["batch_id"] for m in marks}) == len(marks), "a batch committed twice"

@@ -622,6 +622,7 @@ class BatchProcessor:
             "ingest_ts",
             "source",
             F.timestamp_millis(F.lit(low_watermark).cast("long")).alias("low_watermark"),
+            "arrival_ms",
             (window_start + F.expr(f"INTERVAL {size} MILLISECONDS")).alias("window_end"),
             F.timestamp_millis(F.lit(prev_wm).cast("long")).alias("watermark_at_arrival"),
             # A late record of a window not final before the batch revises it (tidemark.revisions).
@@ -630,13 +631,14 @@ class BatchProcessor:
         has_late = prev_wm is not None and late_count > 0
         if n_events <= COLLECT_MAX_ROWS:
             local = _collect(rows)
-            self.writer.write_local(local.select(S.EVENT_COLUMNS), S.EVENTS, batch_id)
+            # merge_schema: an events table from before ``arrival_ms`` gains it
+            self.writer.write_local(local.select(S.EVENT_COLUMNS), S.EVENTS, batch_id, merge_schema=True)
             if has_late:
                 late = local.filter(local["is_late"]).select(S.LATE_COLUMNS)
                 # merge_schema: a late_events table from before revisions gains ``folded``
                 self.writer.write_local(late, S.LATE_EVENTS, batch_id, merge_schema=True)
             return
-        self.writer.write(rows.select(*S.EVENT_COLUMNS), S.EVENTS, batch_id)
+        self.writer.write(rows.select(*S.EVENT_COLUMNS), S.EVENTS, batch_id, options={"mergeSchema": "true"})
         if has_late:
             late_rows = rows.where("is_late").select(*S.LATE_COLUMNS)
             self._write_rows(late_rows, late_count, S.LATE_EVENTS, batch_id, merge_schema=True)

@@ -1,34 +1,40 @@
-"""exactly_once deduplication: the catalog of seen event ids is the ``events`` table itself.
+"""exactly_once deduplication: the catalog of seen records is the ``events`` table itself.
 
-A publisher retry is a copy of a record (same ``event_id``, host and event time) published
-again. The design source (Streaming Systems, chapter 5) keeps a catalog of seen ids and puts a
-filter in front of it, so most records never read the catalog. Tidemark's filter is exact for
-its sources, because a host publishes in event-time order:
+What a retry is, :mod:`tidemark.retries` defines, once, for this module and the recompute alike:
+a copy of a record (the same ``event_id``, host and event time) that arrives within
+``dedup_horizon`` of the last copy that counted. The design source (Streaming Systems, chapter
+5) keeps a catalog of seen ids and puts a filter in front of it, so most records never read the
+catalog. Tidemark's filter is exact for its sources, because a host publishes in event-time
+order:
 
 * A record whose event time is past its host's **progress** (the latest event time the batches
   before this one committed for the host) cannot be a copy of a committed record: that record's
   time would be at most the progress. Nearly every record is such a record, and is never looked up.
 * The others (retries; ties at the progress mark; records of a host out of order) are
-  **candidates**: they are looked up in the events earlier batches stored within
-  ``dedup_horizon`` of processing time (``ingest_ts``), with delta-rs on the driver, pruned by
-  the candidates' event-time ranges through Delta's file statistics: times far apart are looked
-  up as separate ranges (:func:`time_ranges`), so a retry from hours ago reads the files of its
-  own time, not every file stored since.
-* Copies inside the batch are found by a 64-bit hash of the event id: the batch's hashes are
-  sorted on the driver (:func:`suspects_of`, 8 bytes and a flag a row); only ids whose hash
-  repeats are compared as strings. The same Spark job collects any other per-row columns the
-  caller asks for (the batch counts its hosts from them: :attr:`DedupResult.scanned`).
+  **candidates**: they are looked up in the events earlier batches stored that arrived within
+  ``dedup_horizon`` of them (``arrival_ms``), with delta-rs on the driver, pruned by the
+  candidates' event-time ranges through Delta's file statistics: times far apart are looked up
+  as separate ranges (:func:`time_ranges`), so a retry from hours ago reads the files of its own
+  time, not every file stored since.
+* Copies inside the batch are found by a 64-bit hash of the record's key
+  (:func:`tidemark.retries.key_hash`): the batch's hashes are sorted on the driver
+  (:func:`suspects_of`, 8 bytes and a flag a row); only keys whose hash repeats are compared.
+  The same Spark job collects any other per-row columns the caller asks for (the batch counts
+  its hosts from them: :attr:`DedupResult.scanned`).
 
 Only the rows of the two suspect kinds leave the cached batch: they are collected, resolved on
-the driver (catalog rows dropped, one row kept per id) and put back beside the rest. Above
-:data:`DRIVER_MAX_ROWS` suspects (a publisher replaying hours of input) Spark resolves them
-instead, reading the catalog with Spark's Delta reader.
+the driver (:func:`tidemark.retries.kept_mask`, the catalog's copies first) and put back beside
+the rest. Above :data:`DRIVER_MAX_ROWS` suspects (a publisher replaying hours of input) Spark
+resolves them instead (:func:`tidemark.retries.keep_copies`), reading the catalog with Spark's
+Delta reader.
 
 Why a replay gives the same rows: the batch's lines come from Spark's offset log, the progress
 from the state the previous batch committed, and the catalog lookup only sees batches below this
-one (``batch_id < N``), so rows a crashed attempt of this batch wrote are not in it. The catalog
-outlives the checkpoint: after ``--reset-checkpoint`` (:mod:`tidemark.reset`) a retry of a record
-an earlier run stored is still found.
+one (``batch_id < N``), so rows a crashed attempt of this batch wrote are not in it. Why another
+cut of the same input gives the same rows: the rule compares arrivals and read order, which the
+input carries, never when a batch ran. The catalog outlives the checkpoint: after
+``--reset-checkpoint`` (:mod:`tidemark.reset`) a retry of a record an earlier run stored is
+still found.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tidemark import retries
 from tidemark import tables as T
 
 if TYPE_CHECKING:
@@ -60,7 +67,8 @@ NO_OUT_OF_ORDER = pd.DataFrame(
         "progress_ms": pd.Series(dtype="int64"),
     }
 )
-# The column of the event id's 64-bit hash (xxhash64) that exactly_once adds in the parsing stage.
+# The column of the record key's 64-bit hash (tidemark.retries.key_hash) that exactly_once adds
+# in the parsing stage.
 HASH = "_id_hash"
 # Up to this many suspect rows in a batch are resolved on the driver; more by Spark.
 DRIVER_MAX_ROWS = 200_000
@@ -105,7 +113,7 @@ def deduplicate(
     """``batch`` (cached, with ``ingest_ts``) without the publisher retries it holds.
 
     ``progress`` is the host progress the previous batch committed. The batch's :data:`HASH`
-    column holds each event's id hash (NULL for a heartbeat or bad line: those are never
+    column holds each event's key hash (NULL for a heartbeat or bad line: those are never
     retries). ``columns`` (named expressions over the batch) are collected per row by the same
     Spark job as the hashes and returned as :attr:`DedupResult.scanned`."""
     from pyspark.sql import functions as F
@@ -131,11 +139,12 @@ def deduplicate(
     on_hash = F.col(HASH) == F.col("_suspect")
     clean = batch.join(F.broadcast(hashes), on_hash, "left_anti")
     suspects = batch.join(F.broadcast(hashes), on_hash, "left_semi")
-    catalog = _Catalog(events_path, batch_id, batch_ts_ms - horizon_ms)
+    catalog = _Catalog(events_path, batch_id, horizon_ms)
     if n_suspects <= DRIVER_MAX_ROWS:
-        rows = suspects.toArrow()
+        rows = retries.with_read_order(suspects).toArrow()
         lap("dedup_suspects")
         keep, looked_up, out_of_order = _resolve_on_driver(rows, progress, catalog)
+        rows = rows.drop_columns(["_src", "_offset"])
         kept = rows.filter(pa.array(keep))
         removed = rows.filter(pa.array(~keep)).select(["host", "event_time"]).to_pandas()
         lap("dedup_lookup")
@@ -148,8 +157,9 @@ def deduplicate(
     # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
     # no candidate cannot be there, so the lookup only costs time).
     suspects = suspects.persist()
-    kept = catalog.anti_join_spark(spark, suspects, _suspect_ranges(suspects, ceiling))
-    kept = kept.dropDuplicates(["event_id"]).persist()
+    stored = catalog.stored_spark(spark, suspects, _suspect_ranges(suspects, ceiling))
+    kept = retries.keep_copies(retries.with_read_order(suspects), horizon_ms, stored=stored)
+    kept = kept.select(*batch.columns).persist()
     n_kept = kept.count()
     lap("dedup_spark")
     return DedupResult(
@@ -158,9 +168,9 @@ def deduplicate(
 
 
 def suspects_of(hashes: np.ndarray, below: np.ndarray) -> tuple[np.ndarray, int]:
-    """The suspect hashes (sorted, unique) of a batch whose rows hold ``hashes`` and ``below``
-    (at or below the ceiling), and how many rows hold them: a hash is a suspect when two rows
-    hold it or a row below the ceiling does.
+    """The suspect hashes (sorted, unique) of a batch whose rows hold ``hashes`` (of their
+    record keys) and ``below`` (at or below the ceiling), and how many rows hold them: a hash is
+    a suspect when two rows hold it or a row below the ceiling does.
 
     The batch's hashes come to the driver as Arrow (9 bytes a row) and are sorted once here:
     at 5M rows ~1 s, against ~3 s for Spark's shuffle and hash aggregation over as many distinct
@@ -234,77 +244,108 @@ _DEC = "decimal(18,0)"
 
 @dataclass(frozen=True)
 class _Catalog:
-    """The events batches before ``batch_id`` stored after ``since_ms`` (processing time).
-    Lookups name the event-time range of the ids they look for (the copies have the same time),
-    which Delta's file statistics prune the files by."""
+    """The events batches before ``batch_id`` stored. Lookups name the event-time range of the
+    records they look for (copies have the same time), which Delta's file statistics prune the
+    files by, and the earliest arrival that matters (``horizon_ms`` before the earliest
+    candidate's): a stored copy that arrived before that cannot hold a candidate back."""
 
     path: str
     batch_id: int
-    since_ms: int
+    horizon_ms: int
 
-    def lookup_filter(self, ranges: list[tuple[int, int]]):
-        """The catalog rows a lookup may match: earlier batches, within the horizon, event time
-        in one of ``ranges``; the files' statistics prune by each range separately."""
+    def lookup_filter(self, ranges: list[tuple[int, int]], since_ms: int | None = None, names=()):
+        """The catalog rows a lookup may match: earlier batches, event time in one of ``ranges``
+        (the files' statistics prune by each range separately), arrived at or after ``since_ms``
+        (``names``: the table's columns; a table written before ``arrival_ms`` existed is
+        compared by ``ingest_ts``, which is never before the arrival)."""
         import pyarrow.dataset as ds
 
-        since = pa.scalar(self.since_ms * 1000, pa.timestamp("us", tz="UTC"))
         in_ranges = None
         for lo, hi in ranges:
             one = (ds.field("event_time") >= lo) & (ds.field("event_time") <= hi)
             in_ranges = one if in_ranges is None else in_ranges | one
         assert in_ranges is not None, "a lookup names at least one range"
-        return (ds.field("batch_id") < self.batch_id) & in_ranges & (ds.field("ingest_ts") > since)
+        wanted = (ds.field("batch_id") < self.batch_id) & in_ranges
+        if since_ms is None:
+            return wanted
+        ingested = ds.field("ingest_ts") >= pa.scalar(since_ms * 1000, pa.timestamp("us", tz="UTC"))
+        if "arrival_ms" not in names:
+            return wanted & ingested
+        arrived = ds.field("arrival_ms") >= since_ms
+        return wanted & (arrived | (ds.field("arrival_ms").is_null() & ingested))
 
-    def seen(self, ids: pa.Array, ranges: list[tuple[int, int]]) -> set[str]:
-        """Which of ``ids`` (whose event times lie in ``ranges``) the catalog holds (delta-rs,
-        on the driver)."""
+    def stored(self, candidates: pd.DataFrame, ranges: list[tuple[int, int]]) -> pd.DataFrame:
+        """The catalog's copies of ``candidates`` (rows with :data:`tidemark.retries.RETRY_KEY`
+        and ``arrival_ms``, event times in ``ranges``): the key and ``last_ms``, the copy's
+        arrival (delta-rs, on the driver)."""
         import pyarrow.dataset as ds
 
-        if len(ids) == 0 or not ranges or not T.table_exists(self.path):
-            return set()
-        found = (
-            T.open_table(self.path)
-            .to_pyarrow_dataset()
-            .to_table(
-                columns=["event_id"], filter=self.lookup_filter(ranges) & ds.field("event_id").isin(ids)
-            )
-        )
-        return set(found["event_id"].to_pylist())
+        key = list(retries.RETRY_KEY)
+        none = pd.DataFrame(
+            {"host": pd.Series(dtype="object"), "event_id": pd.Series(dtype="object")}
+        ).assign(event_time=pd.Series(dtype="int64"), last_ms=pd.Series(dtype="int64"))
+        if candidates.empty or not ranges or not T.table_exists(self.path):
+            return none
+        dataset = T.open_table(self.path).to_pyarrow_dataset()
+        names = dataset.schema.names
+        since = int(candidates["arrival_ms"].min()) - self.horizon_ms
+        ids = pa.array(candidates["event_id"].unique(), pa.string())
+        columns = [*key, *(c for c in ("arrival_ms",) if c in names), "ingest_ts"]
+        found = dataset.to_table(
+            columns=columns, filter=self.lookup_filter(ranges, since, names) & ds.field("event_id").isin(ids)
+        ).to_pandas()
+        if found.empty:
+            return none
+        ingested = T.epoch_ms(found["ingest_ts"]).astype("int64")
+        if "arrival_ms" in found:  # rows stored before the column existed: their ingest time
+            found["last_ms"] = found["arrival_ms"].astype("float64").fillna(ingested).astype("int64")
+        else:
+            found["last_ms"] = ingested
+        return found[[*key, "last_ms"]].merge(candidates[key].drop_duplicates(), on=key)
 
-    def anti_join_spark(
+    def stored_spark(
         self, spark: SparkSession, suspects: DataFrame, ranges: list[tuple[int, int]]
-    ) -> DataFrame:
-        """``suspects`` without the ids the catalog holds, read by Spark (many suspects)."""
+    ) -> DataFrame | None:
+        """Per key of ``suspects`` the catalog holds, ``last_ms``: the arrival of its latest
+        stored copy (read by Spark: many suspects); None when nothing can be stored."""
         from pyspark.sql import functions as F
 
         if not ranges or not T.table_exists(self.path):
-            return suspects
+            return None
         in_ranges = F.lit(False)
         for lo, hi in ranges:
             in_ranges = in_ranges | F.col("event_time").between(lo, hi)
-        stored = (
-            T.read_table(spark, self.path)
-            .where(
-                (F.col("batch_id") < self.batch_id) & in_ranges & (F.unix_millis("ingest_ts") > self.since_ms)
-            )
-            .select("event_id")
+        table = T.read_table(spark, self.path)
+        ingested = F.unix_millis("ingest_ts")
+        arrived = F.coalesce(F.col("arrival_ms"), ingested) if "arrival_ms" in table.columns else ingested
+        key = list(retries.RETRY_KEY)
+        first = suspects.select(F.min("arrival_ms")).first()
+        since = None if first is None else first[0]
+        stored = table.where((F.col("batch_id") < self.batch_id) & in_ranges).select(
+            *key, arrived.alias("last_ms")
         )
-        return suspects.join(stored, "event_id", "left_anti")
+        if since is not None:
+            stored = stored.where(F.col("last_ms") >= int(since) - self.horizon_ms)
+        return (
+            stored.join(suspects.select(*key).distinct(), key, "left_semi")
+            .groupBy(*key)
+            .agg(F.max("last_ms").alias("last_ms"))
+        )
 
 
 def _resolve_on_driver(
     rows: pa.Table, progress: HostProgress, catalog: _Catalog
 ) -> tuple[np.ndarray, int, pd.DataFrame]:
-    """Which suspect ``rows`` to keep (a mask): not in the catalog, one per event id; how many
-    candidates were looked up; and per host, the kept rows behind its progress."""
-    frame = rows.select(["event_id", "host", "event_time"]).to_pandas()
+    """Which suspect ``rows`` to keep (a mask, :func:`tidemark.retries.kept_mask` after the
+    catalog's copies); how many candidates were looked up; and per host, the kept rows behind
+    its progress."""
+    frame = rows.select([*retries.RETRY_KEY, *retries.ORDER]).to_pandas()
     # A host with no progress yet maps to NaN, and no comparison with NaN holds.
     before = progress.of(frame["host"].to_numpy())
     candidates = frame[frame["event_time"] <= before]
-    candidate_ids = pa.array(candidates["event_id"].unique(), pa.string())
-    seen = catalog.seen(candidate_ids, time_ranges(candidates["event_time"].to_numpy()))
-    keep = ~frame["event_id"].isin(seen) & ~frame["event_id"].duplicated()
-    is_behind = keep.to_numpy() & (frame["event_time"] < before).to_numpy()
+    stored = catalog.stored(candidates, time_ranges(candidates["event_time"].to_numpy()))
+    keep = retries.kept_mask(frame, catalog.horizon_ms, stored)
+    is_behind = keep & (frame["event_time"] < before).to_numpy()
     out_of_order = NO_OUT_OF_ORDER
     if is_behind.any():
         out_of_order = (
@@ -318,4 +359,5 @@ def _resolve_on_driver(
             )
             .reset_index()
         )
-    return keep.to_numpy(dtype=bool), len(candidate_ids), out_of_order
+    looked_up = len(candidates.drop_duplicates(list(retries.RETRY_KEY)))
+    return keep, looked_up, out_of_order

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from confluent_kafka import Producer
     from pyspark.sql import DataFrame, SparkSession
 
-_HOST = re.compile(r'"host":"([^"\\]{1,253})"')
+_HOST = re.compile(r'"host"\s*:\s*"([^"\\]{1,253})"')
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int = 4) -> None:

@@ -1,8 +1,8 @@
 """Batch recompute-and-diff: does the stream agree with a batch recompute, window by window?
 
 The recompute reads the **raw source** (never the stream's tables), parses it with the same
-:func:`tidemark.records.parse_records`, removes publisher retries (copies of an ``event_id`` at
-the same event time) and aggregates with the same :func:`tidemark.aggregate.aggregate_windows`.
+:func:`tidemark.records.parse_records`, removes publisher retries by the stream's own rule
+(:mod:`tidemark.retries`) and aggregates with the same :func:`tidemark.aggregate.aggregate_windows`.
 It reads only the input that can hold records of the range (:mod:`tidemark.pruning`: landing
 files by modification time and the landing index, Kafka from the range's start by timestamp), so
 its cost follows the range, not the source's retention.
@@ -48,6 +48,7 @@ from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
+from tidemark.retries import ORDER, keep_copies, key_hashes, read_order
 from tidemark.revisions import latest, normalized, not_folded
 from tidemark.sources import RangeInput, is_event_col, parsed_range
 from tidemark.timeutil import format_instant_ms, now_ms
@@ -283,51 +284,44 @@ def recompute_windows(
     ``source`` is the input (default: :func:`tidemark.sources.parsed_range`, the part of the
     source that can hold records of the range; pruning changes no result, only what is read).
 
-    Publisher retries are removed: records that share ``event_id``, ``event_time`` and ``key``
-    count once (a retry is a copy; of copies whose values differ, the smallest value is kept).
-    A record that reuses an id at another time is counted, as the stream stores it; GE's
-    ``event_id_unique`` reports the reuse.
+    Publisher retries are removed by the stream's own rule (:func:`tidemark.retries.keep_copies`):
+    copies of a record (the same ``event_id``, host and event time) count once, unless a copy
+    arrived more than ``dedup_horizon`` after the last one that counted. A record that reuses an
+    id at another time is counted, as the stream stores it; GX's ``event_id_unique`` reports the
+    reuse.
 
     How, and why so (5M lines; see docs/benchmarks.md):
 
-    * Ids are compared by two hashes (xxhash64 and murmur3: 96 bits), so no string is kept in
-      the aggregation's buffers (a grouping column may be a string, ``key`` is) and Spark
-      hash-aggregates instead of sorting by id. Two
-      distinct ids in one hour of 5M events share both hashes with odds of about 1e-16 (a
-      day of 144M: 1e-13); such a merge would show as an unexplained difference of one.
-    * Rows are repartitioned by the hash before the aggregation: each id's copies meet in one
+    * Records are grouped by two hashes of their key (:func:`tidemark.retries.key_hashes`: 96
+      bits, with ``event_time`` beside them), so no string is kept in the grouping; such a
+      merge of two distinct records (odds about 1e-16 in one hour of 5M events) would show as an
+      unexplained difference of one.
+    * Rows are repartitioned by the hash before the aggregation: each record's copies meet in one
       task anyway, and the parsing tasks no longer build a hash map that removes almost nothing
       (retries are ~1% of the rows). At least :data:`RECOMPUTE_MIN_PARTITIONS` of them: smaller
       hash maps aggregate faster.
     * No filter on the parsed rows: Spark pushes a filter below the parse, inlining the
       validation into the predicate where it runs once per reference (each re-parsing the
-      line). Rows that are not wanted events group apart (``_ev`` false) and
-      are dropped after the aggregation.
+      line). Rows that are not wanted events group apart and are dropped by the aggregation.
     """
     from pyspark.sql import functions as F
 
     parsed = (source or parsed_range(spark, config, start_ms, end_ms)).rows
     # The stream's own test of an event (valid, not a heartbeat), within the range.
     wanted = is_event_col() & (F.col("event_time") >= start_ms) & (F.col("event_time") < end_ms)
-    event_id = F.when(wanted, F.col("event_id"))
     partitions = max(RECOMPUTE_MIN_PARTITIONS, int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
-    unique = (
-        parsed.select(
-            F.xxhash64(event_id).alias("_h1"),
-            F.hash(event_id).alias("_h2"),
-            F.coalesce(wanted, F.lit(False)).alias("_ev"),
-            "event_time",
-            "key",
-            "value",
-        )
-        .repartition(partitions, "_h1")
-        .groupBy("_h1", "_h2", "_ev", "event_time", "key")
-        # ``_event`` is ``_ev`` again, as an aggregate: a filter on a grouping column would be
-        # pushed below the aggregation and the parse.
-        .agg(F.min("value").alias("value"), F.max("_ev").alias("_event"))
-        .where("_event")
-        .select("event_time", "key", "value")
-    )
+    rows = parsed.select(
+        *key_hashes(wanted),
+        F.coalesce(wanted, F.lit(False)).alias("_ev"),
+        "event_time",
+        *read_order(parsed),
+    ).repartition(partitions, "_h1")
+    unique = keep_copies(
+        rows.select("_h1", "_h2", "event_time", *ORDER, "_ev"),
+        config.dedup_horizon,
+        key=[F.col("_h1"), F.col("_h2"), F.col("event_time")],
+        wanted=F.col("_ev"),
+    ).select("event_time", "key", "value")
     return aggregate_windows(unique, config.window)
 
 

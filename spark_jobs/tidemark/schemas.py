@@ -64,6 +64,7 @@ EVENT_COLUMNS = [
     "ingest_ts",
     "source",
     "low_watermark",
+    "arrival_ms",  # the line's arrival (file modification time, Kafka timestamp): retries' horizon
 ]
 LATE_COLUMNS = [
     *EVENT_FIELDS,
@@ -78,10 +79,11 @@ LATE_COLUMNS = [
 ]
 
 # Delta collects min/max/null-count statistics for these columns of ``events`` only (by default
-# it takes the first 32): the ones readers filter on (batch, event time, window, arrival, host).
+# it takes the first 32): the ones readers filter on (batch, event time, window, ingest, host,
+# arrival).
 # Statistics for every column cost a quarter of the write (docs/benchmarks.md). Set when the table
 # is created; an older table keeps its own (``ALTER TABLE ... SET TBLPROPERTIES``).
-EVENTS_STATS_COLUMNS = "batch_id,event_time,window_start,ingest_ts,host"
+EVENTS_STATS_COLUMNS = "batch_id,event_time,window_start,ingest_ts,host,arrival_ms"
 CREATE_OPTIONS = {EVENTS: {"delta.dataSkippingStatsColumns": EVENTS_STATS_COLUMNS}}
 
 # The stream's state between batches (tidemark.batch).

@@ -2,7 +2,7 @@
 
 Plan (per micro-batch, Spark Structured Streaming with ``foreachBatch``)::
 
-    source lines ─ parse/validate ─ dedup by event_id ─┬─ quarantine   (bad lines)
+    source lines ─ parse/validate ─ dedup retries ─────┬─ quarantine   (bad lines)
        (files | kafka)   (records.py)   (dedup.py: the    ├─ events       (all unique valid records)
                                          events table as  ├─ late_events  (window already closed)
                                          the catalog)     ├─ windows      (closed by the watermark)
@@ -23,8 +23,10 @@ Why it is exactly-once:
   write Delta has already committed is skipped. The watermark row is written last; when it
   exists for N the whole batch is skipped.
 
-Deduplication catches a retry of any event stored within ``dedup_horizon`` of *processing* time
-(the events' ``ingest_ts``), however old its event time. The plan keeps no Spark state.
+Deduplication catches a retry (:mod:`tidemark.retries`: the same ``event_id``, host and event
+time) that arrives within ``dedup_horizon`` of the copy stored before it, however old its event
+time; arrival is the input's (file modification time, Kafka timestamp), so where batches are cut
+changes nothing. The plan keeps no Spark state.
 
 Each commit marker also records the source range its batch covered (``source_progress``), so a
 run started with ``--reset-checkpoint`` (:mod:`tidemark.reset`) resumes exactly there
@@ -47,6 +49,7 @@ from tidemark.identity import ensure_identity
 from tidemark.maintenance import InStreamMaintenance
 from tidemark.records import PARSED_COLUMNS as PARSED
 from tidemark.reset import reset_checkpoint
+from tidemark.retries import key_hash
 from tidemark.sources import is_event_col, parsed_source
 
 if TYPE_CHECKING:
@@ -72,9 +75,10 @@ def build_stream(spark: SparkSession, config: PipelineConfig, resume: ResumePoin
     )
     if config.mode == "at_least_once":
         return parsed
-    # exactly_once: the 64-bit hash of an event's id, computed once per row in the parsing stage
-    # and cached with it, is what deduplication sorts and joins by (NULL: no event).
-    return parsed.select("*", F.when(is_event_col(), F.xxhash64("event_id")).alias(HASH))
+    # exactly_once: the 64-bit hash of an event's key (tidemark.retries), computed once per row in
+    # the parsing stage and cached with it, is what deduplication sorts and joins by (NULL: no
+    # event).
+    return parsed.select("*", F.when(is_event_col(), key_hash()).alias(HASH))
 
 
 def start_stream(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -52,6 +53,7 @@ def day_of_catalog(tmp_path):
             pa.table(
                 {
                     "event_id": [f"h{hour:02d}-{i}" for i in range(len(times))],
+                    "host": ["h"] * len(times),
                     "event_time": times,
                     "batch_id": np.full(len(times), hour, dtype=np.int64),
                     "ingest_ts": pa.array(times * 1000, pa.timestamp("us", tz="UTC")),
@@ -63,7 +65,7 @@ def day_of_catalog(tmp_path):
 
 
 def test_an_old_retry_reads_the_files_of_its_own_time_only(day_of_catalog):
-    catalog = _Catalog(day_of_catalog, batch_id=100, since_ms=0)
+    catalog = _Catalog(day_of_catalog, batch_id=100, horizon_ms=48 * HOUR)
     old, recent = T0 + 1 * HOUR + 5 * 60_000, T0 + 23 * HOUR + 10 * 60_000  # 22 hours apart
     dataset = DeltaTable(day_of_catalog).to_pyarrow_dataset()
 
@@ -72,8 +74,18 @@ def test_an_old_retry_reads_the_files_of_its_own_time_only(day_of_catalog):
 
     assert files_read(time_ranges([old, recent])) == 2
     assert files_read([(old, recent)]) == 23  # one [min, max] range: every hour in between
-    ids = pa.array(["h01-5", "h23-10", "h12-0"])  # the last one is not looked for in its time
-    assert catalog.seen(ids, time_ranges([old, recent])) == {"h01-5", "h23-10"}
+    # h12-0 is not looked for in its own time; h23-11 is looked for at another time (a reuse)
+    candidates = pd.DataFrame(
+        {
+            "host": ["h"] * 4,
+            "event_id": ["h01-5", "h23-10", "h12-0", "h23-11"],
+            "event_time": [old, recent, old, old],
+            "arrival_ms": [T0 + 24 * HOUR] * 4,
+        }
+    )
+    found = catalog.stored(candidates, time_ranges([old, recent]))
+    assert sorted(found["event_id"]) == ["h01-5", "h23-10"]
+    assert found.set_index("event_id")["last_ms"].to_dict() == {"h01-5": old, "h23-10": recent}
 
 
 @pytest.mark.parametrize("seed", range(8))
