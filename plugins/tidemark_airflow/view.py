@@ -42,9 +42,27 @@ HOUR_REPORTS_LISTED = 24
 # what /reports serves from a pipeline's quality root (GX's own config and outcomes stay private)
 SERVED = ("reconciliation.html", "hours/", "gx/uncommitted/data_docs/")
 
+# Every published page and Data Docs file is served inert: scripts do not run (``sandbox`` without
+# ``allow-scripts``), nothing loads from another origin, and the browser never guesses a type. A
+# value from the data that reached a page as markup (a hostile event_id in a GX sample) cannot
+# act as the logged-in user on Airflow's own origin. Data Docs read well without their scripts.
+REPORT_HEADERS = {
+    "Content-Security-Policy": (
+        "sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; "
+        "img-src 'self' data:; style-src 'self' 'unsafe-inline'; font-src 'self' data:; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
 app = FastAPI(
     title="Tidemark",
     description="Watermark, host lag, alignment and reports per pipeline",
+    # no public /docs, /redoc or /openapi.json: the API is this view's, not a published one
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,
     dependencies=[Depends(requires_access_view(AccessView.PLUGINS)), Depends(requires_access_dag("GET"))],
 )
 
@@ -143,7 +161,10 @@ def api_pipelines(request: Request, user: GetUserDep) -> list[dict[str, Any]]:
 
 @app.get("/reports/{pipeline}/{path:path}")
 def report(pipeline: str, path: str, user: GetUserDep) -> FileResponse:
-    """A published page or Data Docs file of a pipeline the user may read (404 otherwise)."""
+    """A published page or Data Docs file of a pipeline the user may read (404 otherwise), with
+    :data:`REPORT_HEADERS`."""
+    if "\x00" in path or "\x00" in pipeline:  # a NUL is no path: 404, not a 500 from resolve()
+        raise HTTPException(status_code=404, detail="no such page")
     for p in readable_pipelines(user):
         if p.name != pipeline:
             continue
@@ -153,7 +174,7 @@ def report(pipeline: str, path: str, user: GetUserDep) -> FileResponse:
         relative = target.relative_to(base).as_posix() if inside else ""
         if inside and target.is_file() and any(relative == s or relative.startswith(s) for s in SERVED):
             media = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-            return FileResponse(target, media_type=media)
+            return FileResponse(target, media_type=media, headers=REPORT_HEADERS)
         break
     raise HTTPException(status_code=404, detail=f"no page {path!r} for pipeline {pipeline!r}")
 

@@ -577,10 +577,55 @@ def _rebuild_docs(
 ) -> tuple[Path, Path]:
     """Build the context's Data Docs, fix their static links and write the history page; return
     the index page and the history page."""
+    make_results_inert(context)
     context.build_data_docs()
     index = data_docs_index(config, quality_dir)
     fix_static_links(index.parent)
     return index, write_docs_history(config, quality_dir)
+
+
+# Set in a stored validation result's meta once its values are escaped (never escaped twice).
+INERT_MARK = "tidemark_values_escaped"
+
+
+def make_results_inert(context) -> int:
+    """HTML-escape every value in the context's stored validation results before Data Docs are
+    built from them; returns how many results were rewritten.
+
+    The values come from the data: an ``event_id`` such as ``<img src=x onerror=...>`` that
+    fails ``event_id_unique`` is a sample in the result, and GX 1.24 writes samples into the
+    validation page unescaped (its Jinja environment autoescapes only ``.html``/``.xml``
+    templates; its templates are ``.j2``). Escaped here, the page shows the text as it was sent.
+    The Airflow view serves the pages under ``Content-Security-Policy: sandbox`` as well
+    (``tidemark_airflow.view``)."""
+    store = context.validation_results_store
+    rewritten = 0
+    for key in store.list_keys():
+        result = store.get(key)
+        meta = result.meta if isinstance(result.meta, dict) else {}
+        if meta.get(INERT_MARK):
+            continue
+        for one in result.results:
+            one.result = _escaped(one.result)
+            if one.exception_info:
+                one.exception_info = _escaped(one.exception_info)
+        result.meta = {**meta, INERT_MARK: True}
+        store.set(key, result)
+        rewritten += 1
+    return rewritten
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` with every string in it HTML-escaped (dict keys too), structure kept."""
+    import html
+
+    if isinstance(value, str):
+        return html.escape(value, quote=True)
+    if isinstance(value, Mapping):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_escaped(v) for v in value)
+    return value
 
 
 _STATIC_LINK = re.compile(r'((?:href|src)=")((?:\.\./)+|\./)static/')
