@@ -17,12 +17,14 @@ PIDFILE="$DIR/broker.pid"
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 
 die() { echo "kafka: error: $*" >&2; exit 1; }
-running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# shellcheck source=scripts/lib/pidfile.sh
+. "$(dirname "$0")/lib/pidfile.sh"
+running() { pidfile_pid "$PIDFILE" >/dev/null; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
 
 start() {
   [ -d "$LIBS" ] && ls "$LIBS"/kafka_2.13-*.jar >/dev/null 2>&1 || die "no broker jars in $LIBS: run scripts/setup.sh"
-  if running; then echo "kafka: already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$PORT"; return; fi
+  if running; then echo "kafka: already running (pid $(pidfile_pid "$PIDFILE")) on 127.0.0.1:$PORT"; return; fi
   mkdir -p "$DIR/data"
   DIR=$(cd "$DIR" && pwd)
   cat > "$DIR/server.properties" <<PROPS
@@ -49,9 +51,9 @@ PROPS
   fi
   nohup "$JAVA" -Xmx512m -Xms256m -cp "$LIBS/*" kafka.Kafka "$DIR/server.properties" \
     >"$DIR/broker.log" 2>&1 </dev/null &
-  echo $! > "$PIDFILE"
+  pidfile_write "$PIDFILE" $!
   for _ in $(seq 1 120); do
-    if port_open; then echo "kafka: broker up on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), data $DIR)"; return; fi
+    if port_open; then echo "kafka: broker up on 127.0.0.1:$PORT (pid $(pidfile_pid "$PIDFILE"), data $DIR)"; return; fi
     running || die "broker exited during start-up; see $DIR/broker.log"
     sleep 0.5
   done
@@ -59,12 +61,7 @@ PROPS
 }
 
 stop() {
-  if ! running; then echo "kafka: not running"; rm -f "$PIDFILE"; return; fi
-  pid=$(cat "$PIDFILE")
-  kill "$pid"
-  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  rm -f "$PIDFILE"
+  if ! pidfile_stop "$PIDFILE" kafka 60 0.5; then echo "kafka: not running"; return; fi
   echo "kafka: stopped"
 }
 
@@ -72,6 +69,6 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
-  status) if running && port_open; then echo "kafka: running on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"; else echo "kafka: not running"; exit 3; fi ;;
+  status) if running && port_open; then echo "kafka: running on 127.0.0.1:$PORT (pid $(pidfile_pid "$PIDFILE"))"; else echo "kafka: not running"; exit 3; fi ;;
   *) echo "usage: scripts/kafka.sh start|stop|status|restart" >&2; exit 2 ;;
 esac

@@ -18,7 +18,9 @@ PIDFILE="$DIR/server.pid"
 PYTHON=${PYTHON:-python3.11}
 
 die() { echo "s3: error: $*" >&2; exit 1; }
-running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# shellcheck source=scripts/lib/pidfile.sh
+. "$(dirname "$0")/lib/pidfile.sh"
+running() { pidfile_pid "$PIDFILE" >/dev/null; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
 
 install() {  # needs the network once (make setup-test); start needs none
@@ -33,12 +35,12 @@ install() {  # needs the network once (make setup-test); start needs none
 
 start() {
   [ -x "$VENV/bin/moto_server" ] || die "no S3 server in $VENV: run scripts/s3.sh install (make setup-test does)"
-  if running; then echo "s3: already running (pid $(cat "$PIDFILE")) on 127.0.0.1:$PORT"; return; fi
+  if running; then echo "s3: already running (pid $(pidfile_pid "$PIDFILE")) on 127.0.0.1:$PORT"; return; fi
   mkdir -p "$DIR"
   nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$PORT" >"$DIR/server.log" 2>&1 </dev/null &
-  echo $! > "$PIDFILE"
+  pidfile_write "$PIDFILE" $!
   for _ in $(seq 1 120); do
-    if port_open; then echo "s3: server up on http://127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"; return; fi
+    if port_open; then echo "s3: server up on http://127.0.0.1:$PORT (pid $(pidfile_pid "$PIDFILE"))"; return; fi
     running || die "server exited during start-up; see $DIR/server.log"
     sleep 0.25
   done
@@ -46,12 +48,7 @@ start() {
 }
 
 stop() {
-  if ! running; then echo "s3: not running"; rm -f "$PIDFILE"; return; fi
-  pid=$(cat "$PIDFILE")
-  kill "$pid"
-  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-  kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  rm -f "$PIDFILE"
+  if ! pidfile_stop "$PIDFILE" s3 40 0.25; then echo "s3: not running"; return; fi
   echo "s3: stopped"
 }
 
@@ -60,6 +57,6 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
-  status) if running && port_open; then echo "s3: running on http://127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"; else echo "s3: not running"; exit 3; fi ;;
+  status) if running && port_open; then echo "s3: running on http://127.0.0.1:$PORT (pid $(pidfile_pid "$PIDFILE"))"; else echo "s3: not running"; exit 3; fi ;;
   *) echo "usage: scripts/s3.sh install|start|stop|status|restart" >&2; exit 2 ;;
 esac

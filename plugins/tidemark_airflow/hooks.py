@@ -16,11 +16,19 @@ lives on in that process group. No private method of the provider is called anyw
   ``AIRFLOW_CONN_<ID>`` variable of its environment (JSON), so the runner needs no metadata DB.
 * :meth:`StreamProcessHook.wait_for_heartbeat` waits for the job's first heartbeat and fails
   with the log's tail when the process exits first or writes none in time.
-* :meth:`StreamProcessHook.recorded_pids` finds the job's pids (launch and heartbeat files);
-  :meth:`StreamProcessHook.stop` stops one pid's whole process group (TERM, then KILL) and refuses
-  a pid recorded on another host: a pid means nothing there, and killing it could hit anything.
-  :meth:`StreamProcessHook.stop_recorded` stops every recorded one.
+* :meth:`StreamProcessHook.recorded` finds the job's recorded processes (launch and heartbeat
+  files) with their identity (pid, start time, token: :mod:`tidemark.liveness`);
+  :meth:`StreamProcessHook.stop` stops one's whole process group (TERM, then KILL), each signal
+  only after the pid is verified to still be the job, and refuses a pid recorded on another host
+  or started by hand. :meth:`StreamProcessHook.stop_recorded` stops every recorded one.
 * :meth:`StreamProcessHook.tail` reads the end of the job's log for error messages.
+* The job's log, ``<pipeline>.stream.log`` in :func:`tidemark.liveness.log_dir`, is bounded: once
+  it holds :data:`STREAM_LOG_MAX_BYTES` (64 MiB) it is rotated to ``.1`` (the newest older
+  generation; :data:`STREAM_LOG_KEEP`, 5, are kept, the oldest beyond is deleted), so a pipeline's
+  logs take at most about 6 x 64 MiB. A launch rotates an oversize log before it appends
+  (:func:`rotate_log`), and the runner rotates its own output while the job runs
+  (:class:`_OutputRotator`): a job streams for weeks, and its output would otherwise grow
+  without end.
 """
 
 from __future__ import annotations
@@ -29,9 +37,9 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +53,14 @@ if TYPE_CHECKING:
 
 PLUGINS_DIR = Path(__file__).resolve().parents[1]
 RUNNER_DB_SETTINGS = ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__SQL_ALCHEMY_CONN")
+# The stream log's rotation (module docstring): the size at which it is rotated, the older
+# generations kept, and how often the runner checks the size of its output while the job runs (a
+# job writing 1 MiB/s overshoots the bound by 1 MiB at most).
+STREAM_LOG_MAX_BYTES = 64 * 1024 * 1024
+STREAM_LOG_KEEP = 5
+STREAM_LOG_CHECK_S = 1.0
+# tail() reads at most this much of the end of each log file (a log holds up to 64 MiB)
+TAIL_BYTES = 256 * 1024
 
 
 def submit_arguments(
@@ -123,41 +139,79 @@ class StreamProcessHook(BaseHook):
         self.heartbeat_path = liveness.heartbeat_path(config)
         self.log_path = liveness.log_dir(config) / f"{config.pipeline}.stream.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.identity: Any = None
 
     # -- start ------------------------------------------------------------------------------
     def start_detached(self, application: str, submit_kwargs: dict[str, Any], note: dict[str, Any]) -> int:
-        """Start ``SparkSubmitHook(**submit_kwargs).submit(application)`` detached; return its pid."""
-        from tidemark.liveness import write_json_atomic
+        """Start ``SparkSubmitHook(**submit_kwargs).submit(application)`` detached; return its pid.
+
+        No secret touches the disk: connections (``AIRFLOW_CONN_*``, the Spark one and the
+        storage one in ``env_vars``) travel in the runner's environment only, the spec file names
+        them without their values, is created ``0600`` and is removed by the runner as soon as
+        it has read it. The job's random token (``TIDEMARK_JOB_TOKEN``) goes in the environment
+        too, and the launch file records the runner's :class:`~tidemark.liveness.ProcessIdentity`."""
+        from tidemark import liveness
         from tidemark.timeutil import now_ms
 
         conn_id = submit_kwargs["conn_id"]
-        spec = self.log_path.with_suffix(".submit.json")
+        hook_args = dict(submit_kwargs)
+        env_vars = dict(hook_args.pop("env_vars", None) or {})
+        secret = {k: str(v) for k, v in env_vars.items() if k.startswith("AIRFLOW_CONN_")}
+        plain = {k: v for k, v in env_vars.items() if k not in secret}
+        spec = self.log_path.with_name(f".{self.config.pipeline}.submit.{os.getpid()}.{now_ms()}.json")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(spec, {"application": application, "hook": submit_kwargs})
+        write_private(
+            spec,
+            json.dumps(
+                {
+                    "application": application,
+                    "hook": hook_args,
+                    "env_vars": plain,
+                    "env_from_runner": sorted(secret),
+                    # the runner rotates its output (the log) by these (_OutputRotator)
+                    "log": {
+                        "path": str(self.log_path),
+                        "max_bytes": STREAM_LOG_MAX_BYTES,
+                        "keep": STREAM_LOG_KEEP,
+                        "check_s": STREAM_LOG_CHECK_S,
+                    },
+                }
+            ),
+        )
         pythonpath = os.pathsep.join(filter(None, [str(PLUGINS_DIR), os.environ.get("PYTHONPATH")]))
+        token = liveness.new_token()
         env = {
             **os.environ,
+            **secret,
             "PYTHONPATH": pythonpath,
             f"AIRFLOW_CONN_{conn_id.upper()}": self.get_connection(conn_id).as_json(),
+            liveness.TOKEN_VAR: token,
             # the runner needs no metadata DB (its one connection is in its environment); a task's
             # environment names a deliberately unparsable DB URL that would stop Airflow's import
             **dict.fromkeys(RUNNER_DB_SETTINGS, "sqlite://"),
         }
         launched_at = now_ms()
+        rotate_log(self.log_path, STREAM_LOG_MAX_BYTES, STREAM_LOG_KEEP)
         with open(self.log_path, "ab") as log_file:
             log_file.write(f"\n--- launched by Airflow at {launched_at} ---\n".encode())
             log_file.flush()
-            process = subprocess.Popen(
-                [sys.executable, "-m", "tidemark_airflow.hooks", str(spec)],
-                env=env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # outlives the task; its own process group for stop()
-            )
-        record = {"pid": process.pid, "host": socket.gethostname(), "launched_at_ms": launched_at}
-        write_json_atomic(self.launch_path, {**record, "log": str(self.log_path), **note})
+            try:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "tidemark_airflow.hooks", str(spec)],
+                    env=env,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # outlives the task; its own process group for stop()
+                )
+            except BaseException:
+                spec.unlink(missing_ok=True)
+                raise
+        identity = liveness.ProcessIdentity.of(process.pid, token)
+        record = {**identity.record(), "launched_at_ms": launched_at}
+        liveness.write_json_atomic(self.launch_path, {**record, "log": str(self.log_path), **note})
         self.process = process
+        self.identity = identity
         self.log.info("started %s as pid %s, log %s", self.config.pipeline, process.pid, self.log_path)
         return process.pid
 
@@ -191,62 +245,169 @@ class StreamProcessHook(BaseHook):
         )
 
     # -- stop -------------------------------------------------------------------------------
-    def recorded_pids(self) -> dict[int, str | None]:
-        """The job's pids and the hosts they were recorded on (launch and heartbeat files; often one)."""
-        from tidemark.liveness import read_json
+    def recorded(self) -> list[Any]:
+        """The job's recorded processes (launch and heartbeat files; often one), as
+        :class:`~tidemark.liveness.ProcessIdentity`."""
+        from tidemark.liveness import ProcessIdentity, read_json
 
-        records = (read_json(self.launch_path) or {}, read_json(self.heartbeat_path) or {})
-        return {int(r["pid"]): r.get("host") for r in records if r.get("pid")}
+        found: dict[int, Any] = {}
+        for record in (read_json(self.launch_path) or {}, read_json(self.heartbeat_path) or {}):
+            identity = ProcessIdentity.from_record(record)
+            if identity is not None:
+                found.setdefault(identity.pid, identity)
+        return list(found.values())
+
+    def recorded_pids(self) -> dict[int, str | None]:
+        """The job's pids and the hosts they were recorded on."""
+        return {i.pid: i.host for i in self.recorded()}
 
     def stop_recorded(self, timeout: float = 30.0) -> bool:
-        """Stop every recorded pid's process group; whether one stopped. Raises for another host's."""
+        """Stop every recorded process that is verifiably the job; whether one stopped. Raises
+        for a job recorded on another host, or one alive but not provably ours (started by hand)."""
         stopped = False
-        for pid, host in self.recorded_pids().items():
-            stopped |= self.stop(pid, host, timeout)
+        for identity in self.recorded():
+            stopped |= self.stop(identity, timeout)
         return stopped
 
-    def stop(self, pid: int, host: str | None, timeout: float = 30.0) -> bool:
-        """Stop the process group of ``pid`` recorded on ``host``: TERM, then KILL after ``timeout``.
+    def stop(self, identity: Any, timeout: float = 30.0) -> bool:
+        """Stop the process group of the job recorded as ``identity``: TERM, then KILL after
+        ``timeout``, each sent only after :func:`tidemark.liveness.verify` says the pid is still
+        the job (a recycled pid, another user's process or a restarted container's record is
+        left alone: the job is gone). Returns whether it stopped."""
+        from tidemark import liveness
 
-        Returns whether it stopped. Raises when ``host`` is another machine: its pids are not ours.
-        """
-        from tidemark.liveness import pid_alive
-
-        local = socket.gethostname()
-        if host and host != local:
-            raise RuntimeError(
-                f"refusing to stop pid(s) [{pid}] recorded on host {host!r}: this is {local!r}; "
-                "stop the job on its own host"
-            )
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(os.getpgid(pid), sig)
-            except ProcessLookupError:
-                return False
+        verdict = liveness.verify(identity)
+        if not verdict.ours and not verdict.gone:
+            raise RuntimeError(f"refusing to stop pid {identity.pid}: {verdict.reason}")
+        if verdict.gone:
+            self.log.info("not signalling pid %s: %s", identity.pid, verdict.reason)
+            return False
+        for sig in liveness.SIGNALS:
+            if not liveness.signal_group(identity, sig):
+                return not liveness.verify(identity).ours
             deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
-            while time.monotonic() < deadline and pid_alive(pid):
+            while time.monotonic() < deadline and liveness.verify(identity).ours:
                 time.sleep(0.5)
-            if not pid_alive(pid):
-                self.log.info("stopped the process group of pid %s", pid)
+            if not liveness.verify(identity).ours:
+                self.log.info("stopped the process group of pid %s", identity.pid)
                 return True
         return False
 
     # -- log --------------------------------------------------------------------------------
     def tail(self, lines: int = 30) -> str:
+        """The last ``lines`` of the job's log, continued from ``.1`` when the log was rotated
+        just before; at most :data:`TAIL_BYTES` of each file are read."""
+        found: list[str] = []
+        read_any = False
+        for path in (self.log_path, _generation(self.log_path, 1)):
+            try:
+                with open(path, "rb") as log_file:
+                    log_file.seek(max(0, os.fstat(log_file.fileno()).st_size - TAIL_BYTES))
+                    text = log_file.read().decode("utf-8", errors="replace")
+            except OSError:
+                continue
+            read_any = True
+            found = text.splitlines()[-(lines - len(found)) :] + found
+            if len(found) >= lines:
+                break
+        return "\n".join(found) if read_any else "(no log)"
+
+
+def _generation(path: Path, n: int) -> Path:
+    return path.with_name(f"{path.name}.{n}")
+
+
+def rotate_log(path: Path, max_bytes: int = STREAM_LOG_MAX_BYTES, keep: int = STREAM_LOG_KEEP) -> bool:
+    """Rotate the log ``path`` when it holds ``max_bytes`` or more: ``.1`` becomes ``.2`` and so on,
+    ``.<keep>`` (the oldest) is replaced, and ``path`` becomes ``.1``; the next write starts a new
+    file. True when it rotated; a missing or smaller log is left alone."""
+    try:
+        if path.stat().st_size < max_bytes:
+            return False
+    except FileNotFoundError:
+        return False
+    if keep < 1:
+        path.unlink(missing_ok=True)
+        return True
+    for n in range(keep - 1, 0, -1):
+        older = _generation(path, n)
+        if older.exists():
+            os.replace(older, _generation(path, n + 1))
+    os.replace(path, _generation(path, 1))
+    return True
+
+
+class _OutputRotator(threading.Thread):
+    """The runner's output rotated while the job runs, by :func:`rotate_log`'s rules.
+
+    The runner's stdout and stderr (fds 1 and 2) are the log file the launch opened, and every
+    line of the job reaches them whoever writes it: the provider's lines of spark-submit's output
+    (Airflow's structlog), warnings, a traceback. Every ``check_s`` seconds this thread looks at
+    the size of that file; at ``max_bytes`` it rotates the log and points fds 1 and 2 at a new file
+    at the log's path. Nothing is lost: a write racing the rotation lands in ``.1``. A log that is
+    not the runner's output any more (replaced by hand) is left alone; one removed is started again.
+    """
+
+    def __init__(self, path: Path, max_bytes: int, keep: int, check_s: float) -> None:
+        super().__init__(name="stream-log-rotation", daemon=True)
+        self.path, self.max_bytes, self.keep, self.check_s = path, max_bytes, keep, check_s
+        self._last_error = ""
+
+    def run(self) -> None:
+        while True:
+            time.sleep(self.check_s)
+            try:
+                self.check()
+            except OSError as exc:  # a full or read-only disk: said once, tried again
+                if str(exc) != self._last_error:
+                    self._last_error = str(exc)
+                    print(f"stream log {self.path}: rotation failed: {exc}", file=sys.stderr, flush=True)
+
+    def check(self) -> bool:
+        """Rotate when the output file is the log and has reached the bound; whether it did."""
+        out = os.fstat(1)
         try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+            log = os.stat(self.path)
+        except FileNotFoundError:
+            self._redirect()
+            return False
+        if (log.st_dev, log.st_ino) != (out.st_dev, out.st_ino) or out.st_size < self.max_bytes:
+            return False
+        rotate_log(self.path, self.max_bytes, self.keep)
+        self._redirect()
+        return True
+
+    def _redirect(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        try:
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+        finally:
+            os.close(fd)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Create ``path`` readable by its owner only (``0600`` from the start, never wider)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 def _run(spec_path: str) -> int:
-    """The runner: the provider's ``SparkSubmitHook.submit()`` with the spawned spec, log to stdout."""
+    """The runner: the provider's ``SparkSubmitHook.submit()`` with the spawned spec, log to stdout.
+    The spec is removed once read; the connections it names come from this process's environment."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(message)s", force=True)
-    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    SparkSubmitHook(**spec["hook"]).submit(spec["application"])
+    path = Path(spec_path)
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    path.unlink(missing_ok=True)
+    if log := spec.get("log"):
+        _OutputRotator(
+            Path(log["path"]), int(log["max_bytes"]), int(log["keep"]), float(log["check_s"])
+        ).start()
+    env_vars = {**spec.get("env_vars", {}), **{k: os.environ[k] for k in spec.get("env_from_runner", [])}}
+    SparkSubmitHook(**spec["hook"], env_vars=env_vars).submit(spec["application"])
     return 0
 
 

@@ -219,7 +219,13 @@ class StreamLauncherOperator(BaseOperator):
             conn_id=self.conn_id, application_args=["--config", self.config_path], config=config, **extra
         )
         pid = hook.start_detached(entrypoint("stream_job"), args, {"dag_run": str(context.get("run_id"))})
-        state = hook.wait_for_heartbeat(self.start_timeout)
+        try:
+            state = hook.wait_for_heartbeat(self.start_timeout)
+        except BaseException:
+            # A job that did not come up in time is stopped, not left running beside the job
+            # the task's retry starts (two writers of one pipeline).
+            hook.stop(hook.identity, timeout=30)
+            raise
         return {"pid": pid, "log": str(hook.log_path), "state": state.state}
 
 

@@ -17,12 +17,22 @@ STOPPED    the job stopped cleanly (``--once`` finished, Ctrl-C); starting it ag
 The file is written atomically (temp file + rename), so a reader never sees half of it. The
 supervisor only trusts the pid when the heartbeat comes from its own host; elsewhere it goes by
 the heartbeat's age alone.
+
+**A pid alone is no identity**: pids are recycled, a container restarts with the same hostname
+and a new pid namespace, a forged file can name any process. Every record of a job's process
+(the launch file, the heartbeat) carries its :class:`ProcessIdentity`: pid, start time (clock
+ticks since boot, from ``/proc/<pid>/stat``), boot id, pid namespace and a random token the
+launcher put in the job's environment (``TIDEMARK_JOB_TOKEN``). :func:`verify` checks all of them
+against the live process before anything acts on the pid; a mismatch means the recorded job is
+gone (DEAD), never "signal whatever has that pid now".
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +43,9 @@ from tidemark.storage import Location, is_object_store, location, write_text_ato
 from tidemark.timeutil import humanize_ms, now_ms
 
 HEARTBEAT_EVERY_S = 5
+# The job's token, in its environment from its launch (readable in /proc/<pid>/environ only by its
+# own user and root).
+TOKEN_VAR = "TIDEMARK_JOB_TOKEN"
 HEARTBEAT_FILE = "_tidemark_alive.json"
 LAUNCH_FILE = "_tidemark_launch.json"
 
@@ -79,6 +92,7 @@ class Heartbeat:
         self.path = heartbeat_path(config)
         self.started_at_ms = now_ms()
         self.trigger_since_ms: int | None = None
+        self.identity = ProcessIdentity.self().record()
 
     def beat(self, query, processor, stopped: bool = False) -> None:
         status = query.status if not stopped else {}
@@ -92,8 +106,7 @@ class Heartbeat:
         write_json_atomic(
             self.path,
             {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
+                **self.identity,
                 "started_at_ms": self.started_at_ms,
                 "written_at_ms": now,
                 "stopped": stopped,
@@ -134,6 +147,148 @@ def pid_alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] != "Z"
 
 
+def _proc(pid: int | str, name: str) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):  # no such process, or it just ended
+        return None
+
+
+def start_ticks(pid: int | str) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22); None
+    when there is no such process. The command name (field 2) may hold spaces and parentheses:
+    fields are counted after its closing one."""
+    stat = _proc(pid, "stat")
+    if stat is None:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return None
+
+
+def pid_namespace(pid: int | str = "self") -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """Who a recorded pid is: enough to tell the job from a process that got its pid later."""
+
+    pid: int
+    start_ticks: int | None
+    token: str | None
+    host: str
+    boot_id: str | None
+    pid_namespace: str | None
+
+    @classmethod
+    def of(cls, pid: int, token: str | None) -> ProcessIdentity:
+        """The identity of the live process ``pid`` (started with ``token`` in its environment)."""
+        return cls(pid, start_ticks(pid), token, socket.gethostname(), boot_id(), pid_namespace())
+
+    @classmethod
+    def self(cls) -> ProcessIdentity:
+        return cls.of(os.getpid(), os.environ.get(TOKEN_VAR))
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "start_ticks": self.start_ticks,
+            "token": self.token,
+            "host": self.host,
+            "boot_id": self.boot_id,
+            "pid_namespace": self.pid_namespace,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> ProcessIdentity | None:
+        if not record.get("pid"):
+            return None
+        return cls(
+            int(record["pid"]),
+            record.get("start_ticks"),
+            record.get("token"),
+            str(record.get("host") or ""),
+            record.get("boot_id"),
+            record.get("pid_namespace"),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ours: bool  # the live process is the recorded job: signals may go to it
+    gone: bool  # the recorded job no longer runs here (or cannot be told from another process)
+    reason: str
+
+
+def verify(identity: ProcessIdentity) -> Verdict:
+    """Is the process recorded as ``identity`` the one running under its pid now, on this host?
+
+    Each check that fails says why; every failure but "another host" means the recorded job is
+    gone from here (its pid, if alive, belongs to something else)."""
+    pid = identity.pid
+    if identity.host != socket.gethostname():
+        return Verdict(False, False, f"recorded on host {identity.host!r}")
+    if identity.boot_id and identity.boot_id != boot_id():
+        return Verdict(False, True, f"pid {pid} was recorded before the machine restarted")
+    if identity.pid_namespace and identity.pid_namespace != pid_namespace():
+        return Verdict(
+            False, True, f"pid {pid} was recorded in another pid namespace (a restarted container)"
+        )
+    if identity.start_ticks is None:
+        return Verdict(False, True, f"pid {pid} was recorded without its start time")
+    ticks = start_ticks(pid)
+    if ticks is None or not pid_alive(pid):
+        return Verdict(False, True, f"process {pid} is gone")
+    if ticks != identity.start_ticks:
+        return Verdict(False, True, f"pid {pid} now belongs to another process (started at another time)")
+    if not identity.token:  # `tidemark stream` run by hand: alive, but nothing proves it is ours
+        return Verdict(False, False, f"pid {pid} was started without a job token (by hand): stop it yourself")
+    try:
+        environ = _proc(pid, "environ")
+    except PermissionError:
+        return Verdict(False, True, f"pid {pid} belongs to another user: not the job")
+    if environ is None:
+        return Verdict(False, True, f"process {pid} is gone")
+    if f"{TOKEN_VAR}={identity.token}".encode() not in environ.split(b"\0"):
+        return Verdict(False, True, f"pid {pid} does not hold the job's token")
+    return Verdict(True, False, f"pid {pid} is the job")
+
+
+def signal_group(identity: ProcessIdentity, sig: int) -> bool:
+    """Send ``sig`` to the process group of the verified job ``identity``; False (nothing sent)
+    when it does not verify, or when its group would be init's (<= 1) or our own."""
+    if not verify(identity).ours:
+        return False
+    try:
+        group = os.getpgid(identity.pid)
+    except ProcessLookupError:
+        return False
+    if group <= 1 or group == os.getpgrp():
+        return False
+    try:
+        os.killpg(group, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+SIGNALS = (signal.SIGTERM, signal.SIGKILL)
+
+
 def assess(
     config: PipelineConfig,
     hang_after_ms: int,
@@ -148,26 +303,32 @@ def assess(
     launched_at = launch.get("launched_at_ms") if launch else None
     if beat is None or (launched_at is not None and beat.get("written_at_ms", 0) < launched_at):
         # Nothing written since the last launch: still starting, or it died on the way up.
-        if launch and launch.get("host") == local and launch.get("pid"):
-            launched_pid = int(launch["pid"])
+        launched = ProcessIdentity.from_record(launch) if launch else None
+        if launched is not None and launched.host == local:
+            verdict = verify(launched)
             since = None if launched_at is None else now - int(launched_at)
-            if pid_alive(launched_pid) and since is not None and since <= start_grace_ms:
-                return Liveness(STARTING, f"launched {humanize_ms(since)} ago", launched_pid)
-            if pid_alive(launched_pid):
+            if verdict.ours and since is not None and since <= start_grace_ms:
+                return Liveness(STARTING, f"launched {humanize_ms(since)} ago", launched.pid)
+            if verdict.ours:
                 after = "" if since is None else f" {humanize_ms(since)}"
-                return Liveness(HUNG, f"no heartbeat{after} after launch", launched_pid)
+                return Liveness(HUNG, f"no heartbeat{after} after launch", launched.pid)
+            if pid_alive(launched.pid):
+                return Liveness(DEAD, f"no heartbeat since the last launch; {verdict.reason}")
         reason = "no heartbeat since the last launch" if launch else "never started"
         return Liveness(DEAD, reason)
     age = now - int(beat["written_at_ms"])
-    pid = int(beat["pid"]) if beat.get("pid") else None
+    identity = ProcessIdentity.from_record(beat)
+    pid = identity.pid if identity else None
     same_host = beat.get("host") == local
     last_batch = beat.get("last_batch_id")
     if beat.get("stopped"):
         return Liveness(STOPPED, "stopped cleanly", pid, age, last_batch)
-    if same_host and pid is not None and not pid_alive(pid):
-        return Liveness(
-            DEAD, f"process {pid} is gone (last heartbeat {humanize_ms(age)} ago)", pid, age, last_batch
-        )
+    if same_host and identity is not None:
+        verdict = verify(identity)
+        if verdict.gone:
+            return Liveness(
+                DEAD, f"{verdict.reason} (last heartbeat {humanize_ms(age)} ago)", pid, age, last_batch
+            )
     if age > hang_after_ms:
         if same_host:
             return Liveness(HUNG, f"heartbeat {humanize_ms(age)} old", pid, age, last_batch)

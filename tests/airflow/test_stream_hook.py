@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+import os
 import subprocess
 import sys
 import time
@@ -16,9 +16,13 @@ from tidemark_airflow.hooks import StreamProcessHook
 pytestmark = pytest.mark.airflow
 
 
+TOKEN = liveness.new_token()
+
+
 @pytest.fixture
 def job():
-    """A stand-in streaming job: a process group (a parent and a child) that ignores nothing."""
+    """A stand-in streaming job: a process group (a parent and a child) that ignores nothing,
+    started with a job token in its environment as the supervisor starts one."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -27,6 +31,7 @@ def job():
             "subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']); time.sleep(600)",
         ],
         start_new_session=True,
+        env={**os.environ, liveness.TOKEN_VAR: TOKEN},
     )
     yield process
     if process.poll() is None:
@@ -47,7 +52,8 @@ def test_stop_recorded_refuses_a_pid_recorded_on_another_host(tmp_path, job):
 def test_stop_recorded_stops_the_whole_process_group_recorded_here(tmp_path, job):
     config = write_config(tmp_path, "hook")
     liveness.launch_path(config).parent.mkdir(parents=True, exist_ok=True)
-    liveness.write_json_atomic(liveness.launch_path(config), {"pid": job.pid, "host": socket.gethostname()})
+    identity = liveness.ProcessIdentity.of(job.pid, TOKEN)
+    liveness.write_json_atomic(liveness.launch_path(config), identity.record())
     time.sleep(0.5)  # let the child start
     group = subprocess.run(["pgrep", "-g", str(job.pid)], capture_output=True, text=True).stdout.split()
     assert len(group) == 2
