@@ -22,6 +22,8 @@ from tidemark.timeutil import format_instant_ms, parse_instant_ms
 
 EXIT_USAGE = 2
 EXIT_MISALIGNED = 3
+# `stream`: another writer holds the pipeline's lease, or took it over (tidemark.lease)
+EXIT_LEASE = 6
 
 
 def _echo(message: str) -> None:
@@ -488,7 +490,9 @@ def _add_stream_command(sub) -> None:
         help="run the exactly-once streaming job for a pipeline",
         description="Read the pipeline's source, quarantine bad lines, drop publisher retries, "
         "track every host's progress, close windows on the precise watermark and commit each "
-        "micro-batch idempotently to Delta. Restart it any time: it resumes from its checkpoint.",
+        "micro-batch idempotently to Delta. Restart it any time: it resumes from its checkpoint. "
+        f"One writer per pipeline: exit {EXIT_LEASE} when another stream holds the pipeline's "
+        "lease, or took it over from this one.",
     )
     st.add_argument("--config", required=True, help="pipeline YAML file")
     st.add_argument(
@@ -714,6 +718,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except Exception as exc:  # one line for known set-up problems; tracebacks for the rest
         from tidemark.identity import IdentityError
+        from tidemark.lease import LeaseError
+
+        if isinstance(exc, LeaseError):
+            print(f"tidemark: error: {exc}", file=sys.stderr)
+            return EXIT_LEASE
         from tidemark.resources import SetupError
         from tidemark.sources import SourceRangeError
 

@@ -7,6 +7,7 @@ against the current directory.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from fractions import Fraction
@@ -15,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -44,8 +46,27 @@ DurationMs = Annotated[int, BeforeValidator(_duration)]
 InstantMs = Annotated[int, BeforeValidator(_instant)]
 
 
+def _at_most(limit: str) -> AfterValidator:
+    """A duration's upper bound, checked after parsing: ``Annotated[DurationMs, _at_most("7d")]``.
+
+    Every duration has one. Beyond it a value is a typo (``90d`` for ``90m``), and a huge one
+    overflows Spark's long milliseconds or keeps state, files or a stalled job for months; the
+    error names the bound (the field comes from the location)."""
+    most = parse_duration_ms(limit)
+
+    def check(value: int) -> int:
+        if value > most:
+            raise ValueError(f"{format_duration_ms(value)} is above the maximum, {limit}")
+        return value
+
+    return AfterValidator(check)
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: every float setting (precision, targets, quality thresholds, Spark conf
+    # values) must be a finite number. YAML spells NaN and infinity (.nan, .inf), and either
+    # compares false with every bound, so a NaN threshold would pass every check it guards.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceConfig(_Strict):
@@ -78,10 +99,10 @@ class WatermarkConfig(_Strict):
     # Without it, the hosts seen so far are the population.
     hosts_file: str | None = None
     # A host is lagging when it is this far behind the median host's progress.
-    lag_threshold: DurationMs = Field(default=parse_duration_ms("1m"))
+    lag_threshold: Annotated[DurationMs, _at_most("1d")] = Field(default=parse_duration_ms("1m"))
     # STALLED: not advanced for this long (processing time) while > (1 - precision) of the
     # expected hosts lag.
-    stall_after: DurationMs = Field(default=parse_duration_ms("2m"))
+    stall_after: Annotated[DurationMs, _at_most("1d")] = Field(default=parse_duration_ms("2m"))
 
     @property
     def precision_fraction(self) -> Fraction:
@@ -94,7 +115,7 @@ class ValidationConfig(_Strict):
 
     max_record_bytes: int = Field(default=64 * 1024, ge=64)
     min_event_time: InstantMs = Field(default=parse_instant_ms("2000-01-01T00:00:00Z"))
-    max_clock_skew: DurationMs = Field(default=parse_duration_ms("5m"))
+    max_clock_skew: Annotated[DurationMs, _at_most("7d")] = Field(default=parse_duration_ms("5m"))
     # Read well-formed lines with the JVM fast path (tidemark-udf.jar); the SQL validator still
     # decides every other line. Off: every line takes the SQL way (same rows, slower).
     native_parser: bool = True
@@ -131,7 +152,7 @@ class AirflowConfig(_Strict):
     # first hour the reconciliation DAG covers (catchup backfills from here); None = no catchup
     reconcile_start: InstantMs | None = None
     # the precise watermark must pass an hour's end by this much before the hour is reconciled
-    reconcile_grace: DurationMs = Field(default=parse_duration_ms("2m"))
+    reconcile_grace: Annotated[DurationMs, _at_most("1d")] = Field(default=parse_duration_ms("2m"))
     spark_conn_id: str = "tidemark_spark"
     # the Airflow pool every Spark task of this pipeline runs in (stream start, recompute, quality),
     # and its size: at most this many Spark jobs submitted by Airflow at once (pools are shared by
@@ -139,10 +160,10 @@ class AirflowConfig(_Strict):
     spark_pool: str = "spark"
     spark_pool_slots: int = Field(default=2, ge=1)
     # the supervisor restarts a job whose heartbeat or current trigger is older than this
-    hang_after: DurationMs = Field(default=parse_duration_ms("5m"))
+    hang_after: Annotated[DurationMs, _at_most("1d")] = Field(default=parse_duration_ms("5m"))
     # ... and alerts when it had to restart it this many times within restart_window
     max_restarts: int = Field(default=3, ge=1)
-    restart_window: DurationMs = Field(default=parse_duration_ms("1h"))
+    restart_window: Annotated[DurationMs, _at_most("7d")] = Field(default=parse_duration_ms("1h"))
 
 
 # Delta's own default for ``delta.deletedFileRetentionDuration``, below which its retention check
@@ -167,12 +188,12 @@ class MaintenanceConfig(_Strict):
     # VACUUM deletes the files a commit removed (compaction, state overwrites) this long ago. Every
     # reader of an older snapshot needs them until it is done: a running reconcile or quality job,
     # a downstream pipeline streaming this one's events, a restart after a long outage. Whole hours.
-    vacuum_retention: DurationMs = Field(default=MIN_VACUUM_RETENTION_MS)
+    vacuum_retention: Annotated[DurationMs, _at_most("365d")] = Field(default=MIN_VACUUM_RETENTION_MS)
     # How long Delta keeps the log (time travel, a downstream Delta source resuming from an old
     # version). Whole hours, at least vacuum_retention; by default the same: an older version's
     # files are vacuumed by then, so more log would only keep history that cannot be read (and
     # a 10 s pipeline writes ~0.13 MiB of log a minute over its tables, ~1.3 GiB a week).
-    log_retention: DurationMs = Field(default=MIN_VACUUM_RETENTION_MS)
+    log_retention: Annotated[DurationMs, _at_most("365d")] = Field(default=MIN_VACUUM_RETENTION_MS)
     # OPTIMIZE events ZORDER BY (event_time). Delta's ZORDER rewrites the whole table each run; set
     # false for an events table too large to rewrite on every schedule (it is then vacuumed and
     # checkpointed only).
@@ -273,10 +294,20 @@ class StorageConfig(_Strict):
         return value.rstrip("/") if value else value
 
 
+def _finite_conf(value: Any) -> Any:
+    """A Spark conf value that is a float must be finite (checked before the union, whose error
+    would list every member it failed)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value}")
+    return value
+
+
 class SparkConfig(_Strict):
     master: str | None = None
     shuffle_partitions: int = Field(default=4, ge=1)
-    conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    conf: dict[str, Annotated[str | int | float | bool, BeforeValidator(_finite_conf)]] = Field(
+        default_factory=dict
+    )
 
 
 class PipelineConfig(_Strict):
@@ -284,15 +315,22 @@ class PipelineConfig(_Strict):
     source: SourceConfig
     warehouse: str
     checkpoint: str
-    window: DurationMs = Field(default=parse_duration_ms("1m"))
+    window: Annotated[DurationMs, _at_most("7d")] = Field(default=parse_duration_ms("1m"))
     # window.allowed_lateness: a record whose window the watermark closed less than this before
     # the record arrived revises the window (tidemark.revisions); later ones stay in late_events
     # only. 0: a window is final when it closes (one row per window and key).
-    allowed_lateness: DurationMs = Field(default=parse_duration_ms("1h"))
+    allowed_lateness: Annotated[DurationMs, _at_most("30d")] = Field(default=parse_duration_ms("1h"))
     watermark: WatermarkConfig = Field(default_factory=WatermarkConfig)
-    dedup_horizon: DurationMs = Field(default=parse_duration_ms("24h"))
+    # A copy of a record (same event_id, host and event time: tidemark.retries) arriving within
+    # this of the last copy that counted is a retry; arrival is the input's (file modification
+    # time, Kafka timestamp), so where batches are cut changes nothing.
+    dedup_horizon: Annotated[DurationMs, _at_most("90d")] = Field(default=parse_duration_ms("24h"))
+    # One writer per pipeline (tidemark.lease): the stream's lease expires this long after its
+    # last renewal (every few seconds while it runs); a second starter waits for that, or for a
+    # clean stop, before it takes over.
+    lease_ttl: Annotated[DurationMs, _at_most("1h")] = Field(default=parse_duration_ms("1m"), ge=3_000)
     mode: Literal["exactly_once", "at_least_once"] = "exactly_once"
-    trigger_interval: DurationMs = Field(default=parse_duration_ms("10s"))
+    trigger_interval: Annotated[DurationMs, _at_most("1h")] = Field(default=parse_duration_ms("10s"))
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
     quality: QualityConfig = Field(default_factory=QualityConfig)

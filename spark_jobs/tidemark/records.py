@@ -7,10 +7,10 @@ One record per line, UTF-8 JSON::
 
 ``event_id`` (non-empty string), ``host`` (``[A-Za-z0-9][A-Za-z0-9._:-]*``) and ``event_time``
 (integer epoch ms) are required; ``msg_time`` (integer epoch ms), ``key`` (string) and ``value``
-(number) are optional; unknown fields are ignored. A heartbeat
-``{"host": ..., "event_time": ..., "heartbeat": true}`` advances its host's progress and is not an
-event. Every other line becomes a quarantine row whose ``reason`` says what is wrong; parsing
-never raises on data.
+(a finite number: ``1e400`` reads as an infinite double and is quarantined) are optional; unknown
+fields are ignored. A heartbeat ``{"host": ..., "event_time": ..., "heartbeat": true}`` advances
+its host's progress and is not an event. Every other line becomes a quarantine row whose
+``reason`` says what is wrong; parsing never raises on data.
 
 The same :func:`parse_records` serves the stream and the batch recompute, and it depends only on
 the line and its source's arrival timestamp (file modification time, Kafka timestamp), never on
@@ -21,9 +21,9 @@ extraction, the rules in order) names the reason for every bad line. In front of
 (``spark_jobs/jvm/tidemark/udf/RecordParser.java``, compiled by set-up) reads a line in one pass of
 Jackson's streaming parser and claims it only when it is sure the SQL validator would accept it
 with the same fields; every other line goes the SQL way. The rules that depend on the line's
-bytes or on configuration (size, UTF-8, minimum event time, clock skew) run in SQL for every
-line (a line with a NUL byte is never claimed). ``validation.native_parser: false`` turns the
-fast path off; the tests check both paths give the same rows.
+bytes or on configuration (size, UTF-8, minimum event time, clock skew), and the finite value,
+run in SQL for every line (a line with a NUL byte is never claimed). ``validation.native_parser:
+false`` turns the fast path off; the tests check both paths give the same rows.
 """
 
 from __future__ import annotations
@@ -76,8 +76,14 @@ NATIVE_TYPE = (
 )
 # The rules still checked in SQL on a line the fast path claimed (names of :func:`_checks`). It
 # never claims an oversized line (not given to it), one with a NUL byte nor one with invalid
-# UTF-8 (it sees U+FFFD there), so those checks run in SQL on every line.
-LINE_AND_CONFIG_RULES = ("min_event_time", "skew_msg", "skew_arrival")
+# UTF-8 (it sees U+FFFD there), so those checks run in SQL on every line. Nor does it claim an
+# infinite value (it leaves exponents and big integers to SQL), but that check is one comparison
+# and must hold whatever the fast path returns: a non-finite value would poison every sum.
+LINE_AND_CONFIG_RULES = ("min_event_time", "skew_msg", "skew_arrival", "value_finite")
+# An oversized line keeps only its first this many characters in ``raw`` (at most 4 KiB of UTF-8)
+# and its size in ``reason``: the quarantine and the batch cache must not hold a hostile 100 MB
+# line, and a prefix is enough to recognise its source.
+OVERSIZED_RAW_CHARS = 1024
 
 
 def register_native_parser(spark: SparkSession) -> None:
@@ -99,7 +105,9 @@ def register_native_parser(spark: SparkSession) -> None:
 def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
     """``lines(raw string, source string, arrival_ms long)`` -> :data:`PARSED_COLUMNS`.
 
-    ``reason`` is NULL for a good record or heartbeat, else a one-line explanation.
+    ``reason`` is NULL for a good record or heartbeat, else a one-line explanation. An oversized
+    line's ``raw`` is cut to its first :data:`OVERSIZED_RAW_CHARS` characters (its reason gives
+    its size and says so).
 
     Do not ``where()`` on the result directly: Spark pushes the filter below these projections
     and inlines the validation into the predicate, which then re-parses the line once per
@@ -110,6 +118,7 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
 
     raw = F.col("raw")
     fits = F.col("_bytes") <= rules.max_record_bytes
+    kept_raw = F.when(fits, raw).otherwise(F.substring(raw, 1, OVERSIZED_RAW_CHARS))
     staged = lines.select("raw", "source", "arrival_ms", F.octet_length(raw).alias("_bytes"))
     if rules.native_parser:
         register_native_parser(lines.sparkSession)
@@ -146,7 +155,7 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
     checks = _checks(rules)
     on_claimed = [check for check in checks if check[0] in LINE_AND_CONFIG_RULES]
     return typed.select(
-        "raw",
+        kept_raw.alias("raw"),
         "source",
         "arrival_ms",
         "event_id",
@@ -195,6 +204,11 @@ def _line_checks(rules: ValidationConfig) -> list[Check]:
                 F.lit("oversized record: "),
                 F.col("_bytes").cast("string"),
                 F.lit(f" bytes > limit {rules.max_record_bytes}"),
+                # parse_records keeps only a prefix of such a line
+                F.when(
+                    F.length(raw) > OVERSIZED_RAW_CHARS,
+                    F.lit(f" (raw: its first {OVERSIZED_RAW_CHARS} characters)"),
+                ).otherwise(F.lit("")),
             ),
         ),
         ("nul", F.instr(raw, "\u0000") > 0, "NUL byte in record"),
@@ -291,9 +305,12 @@ def _time_checks(rules: ValidationConfig) -> list[Check]:
 
 
 def _optional_checks() -> list[Check]:
-    """Types of the optional key and value."""
+    """Types of the optional key and value, and a value that is a finite number: JSON has no
+    NaN nor infinity, but a number beyond the range of a double (``1e400``, a 400-digit integer)
+    reads as an infinite one, which would turn every sum it joins into Infinity or NaN."""
     from pyspark.sql import functions as F
 
+    value = F.col("value")
     return [
         (
             "key_type",
@@ -308,6 +325,15 @@ def _optional_checks() -> list[Check]:
                 | F.col("_t_value").startswith("DECIMAL")
             ),
             _wrong_type("value", "_t_value", "a number"),
+        ),
+        (
+            "value_finite",
+            F.isnan(value) | (F.abs(value) == F.lit(float("inf"))),
+            F.concat(
+                F.lit("value must be a finite number, got "),
+                value.cast("string"),
+                F.when(~F.isnan(value), F.lit(" (beyond the range of a double)")).otherwise(F.lit("")),
+            ),
         ),
     ]
 

@@ -24,10 +24,13 @@ Delta's commit protocol needs put-if-absent. delta-rs (1.x) gets it from S3's co
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fnmatch
 import functools
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -453,12 +456,57 @@ def location(uri: str | os.PathLike[str]) -> Location:
 
 
 def write_text_atomic(path: Location, text: str) -> None:
-    """Readers see the old content or the new, never a part: a temporary file renamed over the
-    target on a disk; one PUT on an object store."""
+    """Readers see the old content or the new, never a part, and so does a restart after a crash
+    or a power loss; one PUT on an object store.
+
+    On a disk: a temporary file of this write's own (two writers of one file in one process, the
+    heartbeat and the batch, must not rename or remove each other's) is written and fsynced, then
+    renamed over the target and the directory fsynced, so the rename is durable too (without the
+    fsyncs a power loss can leave the renamed file empty). A write that fails (a full disk, an I/O
+    error) removes the temporary file and raises: the old content stays, nothing is left behind
+    to fill the directory on every retry."""
     if isinstance(path, ObjectPath):
         path.write_text(text)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    fd, tmp = _create_temporary(path)
+    try:
+        try:
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """A new, empty file beside ``path`` that no other writer uses: a random name, created
+    exclusively (with the permissions a plain write gets under the umask, unlike mkstemp's 0600:
+    Airflow may read these files as another user)."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name} in 100 tries")
+
+
+def _fsync_directory(folder: Path) -> None:
+    """Make a rename in ``folder`` durable. A file system that cannot fsync a directory says so
+    (EINVAL, ENOTSUP): the rename is then as durable as that file system makes it."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)

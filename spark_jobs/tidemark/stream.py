@@ -46,6 +46,7 @@ from tidemark.checkpoint import ResumePoint, resume_point
 from tidemark.config import PipelineConfig
 from tidemark.dedup import HASH
 from tidemark.identity import ensure_identity
+from tidemark.lease import Fenced, Lease, holder_record
 from tidemark.maintenance import InStreamMaintenance
 from tidemark.records import PARSED_COLUMNS as PARSED
 from tidemark.reset import reset_checkpoint
@@ -108,16 +109,40 @@ def start_stream(
 def run_stream(
     spark: SparkSession, config: PipelineConfig, once: bool, echo=print, reset: bool = False
 ) -> BatchProcessor:
-    query, processor = start_stream(spark, config, once, echo=echo, reset=reset)
-    heartbeat = liveness.Heartbeat(config)
+    """Run the stream while holding the pipeline's lease (:mod:`tidemark.lease`): a second
+    writer of the pipeline refuses to start (:class:`~tidemark.lease.LeaseHeld`), and this one
+    stops without writing once its lease is taken over (:class:`~tidemark.lease.Fenced`)."""
+    lease = Lease(config, holder_record())
+    lease.acquire()
+    fenced = False
     try:
-        # A live job rewrites its heartbeat file every few seconds, batch or no batch: the
-        # Airflow supervisor tells a dead job (stale file, no process) from a hung one (process
-        # alive, file stale or one trigger running for too long) without talking to Spark.
-        while not query.awaitTermination(liveness.HEARTBEAT_EVERY_S):
-            heartbeat.beat(query, processor)
-        heartbeat.beat(query, processor, stopped=True)
-    except KeyboardInterrupt:
-        echo(f"[{config.pipeline}] stopping (Ctrl-C): the current batch finishes or is replayed")
-        query.stop()
-    return processor
+        query, processor = start_stream(spark, config, once, echo=echo, reset=reset)
+        processor.writer.fence = lease.check
+        heartbeat = liveness.Heartbeat(config)
+        every_s = min(liveness.HEARTBEAT_EVERY_S, lease.ttl_ms / 3000)
+        try:
+            # A live job rewrites its heartbeat file every few seconds, batch or no batch: the
+            # Airflow supervisor tells a dead job (stale file, no process) from a hung one
+            # (process alive, file stale or one trigger running for too long) without talking
+            # to Spark. The same loop renews the lease.
+            while not query.awaitTermination(every_s):
+                heartbeat.beat(query, processor)
+                lease.renew()
+            heartbeat.beat(query, processor, stopped=True)
+        except KeyboardInterrupt:
+            echo(f"[{config.pipeline}] stopping (Ctrl-C): the current batch finishes or is replayed")
+            query.stop()
+        except Fenced:
+            fenced = True
+            query.stop()
+            raise
+        except Exception:
+            lease.check()  # a batch refused by its fence fails the query: say why, in one line
+            raise
+        return processor
+    except Fenced:
+        fenced = True
+        raise
+    finally:
+        if not fenced:
+            lease.release()

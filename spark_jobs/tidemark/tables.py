@@ -61,6 +61,9 @@ class TableWriter:
     def __init__(self, config: PipelineConfig, identity: RunIdentity) -> None:
         self.config = config
         self.identity = identity
+        # Called before every write: raises when this writer may no longer write (the stream's
+        # lease was taken over: tidemark.lease.Lease.check).
+        self.fence: Callable[[], None] = lambda: None
 
     def path(self, table: str) -> str:
         return self.config.table_path(table)
@@ -97,6 +100,7 @@ class TableWriter:
     ) -> None:
         import delta.exceptions  # noqa: F401  (Delta's commit conflicts raised as Python exceptions)
 
+        self.fence()
         faults.reached(f"before:{table}", batch_id)
         if not (mode == "append" and self._append_files(frame, table, batch_id)):
             writer = (
@@ -167,6 +171,7 @@ class TableWriter:
         """Idempotent delta-rs write of a driver-side frame; returns the table version after it.
 
         ``merge_schema`` lets an append add columns (tables written before a column existed)."""
+        self.fence()
         faults.reached(f"before:{table}", batch_id)
         path = self.path(table)
 
