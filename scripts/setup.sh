@@ -70,14 +70,29 @@ if [ ! -x .venv/bin/python ]; then
   say "creating virtual environment .venv"
   "$PYTHON" -m venv .venv
 fi
+# Everything comes from requirements.lock (scripts/lock.sh writes it from requirements-dev.txt):
+# each package pinned with its sha256 and installed with --require-hashes and --no-deps, so nothing
+# unpinned or unhashed gets in. The build tools go first, from the same lock, and the sdist-only
+# packages (pyspark, pyspark-client) and the project are built against them without build isolation,
+# which would fetch setuptools unpinned and unhashed. The project itself (editable) has no hash.
+[ -f requirements.lock ] || die "requirements.lock not found; scripts/lock.sh writes it"
+# lock_entries NAME...: those packages' entries in requirements.lock (the pin and its --hash lines)
+lock_entries() {
+  awk -v want=" $* " '/^[^ #]/ { split($1, p, "=="); keep = index(want, " " p[1] " ") > 0 }
+    keep && !/^ *#/' requirements.lock
+}
 stamp=.venv/.tidemark-requirements.sha256
-want=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.lock requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  say "installing pinned requirements (a few minutes the first time)"
-  .venv/bin/pip install --quiet --upgrade pip wheel setuptools
-  .venv/bin/pip install --quiet -r requirements-dev.txt
-  .venv/bin/pip install --quiet --no-deps -e .
-  .venv/bin/pip check
+  say "installing the locked requirements (a few minutes the first time)"
+  [ "$(lock_entries pip setuptools wheel | grep -c '==')" = 3 ] \
+    || die "requirements.lock lacks pip, setuptools or wheel; re-run scripts/lock.sh"
+  .venv/bin/pip install --quiet --require-hashes --no-deps -r <(lock_entries pip setuptools wheel) \
+    || die "could not install the locked pip, setuptools and wheel (pip's errors are above)"
+  .venv/bin/pip install --quiet --require-hashes --no-deps --no-build-isolation -r requirements.lock \
+    || die "could not install requirements.lock (pip's errors are above; after editing requirements*.txt run scripts/lock.sh)"
+  .venv/bin/pip install --quiet --no-deps --no-build-isolation -e . || die "could not install the project (pip's errors are above)"
+  .venv/bin/pip check || die "pip check found broken requirements (above); re-run scripts/lock.sh"
   echo "$want" > "$stamp"
 else
   say "requirements up to date"

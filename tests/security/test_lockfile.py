@@ -1,0 +1,126 @@
+"""Finding: requirements.txt pinned a few of the ~190 installed packages, with no hashes.
+
+requirements.lock (scripts/lock.sh) pins everything requirements-dev.txt resolves to, plus pip,
+setuptools and wheel, each with its sha256; scripts/setup.sh installs only from it, with
+--require-hashes. These checks read files and the running interpreter's installed packages, no
+network: the lock is complete and hashed, the environment the tests run in is exactly the lock
+(a package installed without locking it fails here), the lock still satisfies the requirements
+files, and set-up installs with --require-hashes."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCK = ROOT / "requirements.lock"
+SETUP = ROOT / "scripts" / "setup.sh"
+PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!-]+)$")
+HASH = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+
+
+def logical_lines(text: str) -> list[str]:
+    """The file's lines with comments dropped and backslash continuations joined."""
+    lines, pending = [], ""
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line = (pending + line).strip()
+        pending = ""
+        if line:
+            lines.append(line)
+    if pending.strip():
+        lines.append(pending.strip())
+    return lines
+
+
+def read_lock() -> dict[str, tuple[str, list[str]]]:
+    """canonical name -> (pinned version, its --hash options); asserts each entry's form."""
+    assert LOCK.is_file(), "requirements.lock is missing: scripts/lock.sh writes it"
+    entries: dict[str, tuple[str, list[str]]] = {}
+    for line in logical_lines(LOCK.read_text()):
+        spec, *options = line.split()
+        assert not spec.startswith("-"), f"requirements.lock: an option line, not a pin: {line[:80]}"
+        pin = PIN.match(spec)
+        assert pin, f"requirements.lock: {spec!r} is not pinned as name==version"
+        hashes = [o for o in options if o.startswith("--hash=")]
+        assert hashes, f"requirements.lock: {spec} has no --hash=sha256:"
+        assert hashes == options, f"requirements.lock: {spec} has options other than hashes: {options}"
+        bad = [h for h in hashes if not HASH.match(h)]
+        assert not bad, f"requirements.lock: {spec} has hashes that are not sha256: {bad}"
+        name = canonicalize_name(pin["name"])
+        assert name not in entries, f"requirements.lock: {name} is pinned twice"
+        entries[name] = (pin["version"], hashes)
+    return entries
+
+
+def test_every_locked_requirement_is_pinned_with_a_hash() -> None:
+    lock = read_lock()
+    assert len(lock) > 150, f"requirements.lock pins only {len(lock)} packages"
+    # set-up installs the build tools from the lock before anything else
+    assert {"pip", "setuptools", "wheel"} <= lock.keys()
+
+
+def test_installed_environment_is_exactly_the_lock() -> None:
+    lock = read_lock()
+    installed: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if not name:
+            continue
+        direct_url = dist.read_text("direct_url.json")
+        if direct_url and json.loads(direct_url).get("dir_info", {}).get("editable"):
+            continue
+        installed.setdefault(canonicalize_name(name), dist.version)
+    installed.pop("tidemark", None)
+    assert len(installed) > 150, f"only {len(installed)} packages found installed"
+    unlocked = sorted(f"{n}=={v}" for n, v in installed.items() if n not in lock)
+    assert not unlocked, f"installed but not in requirements.lock (run scripts/lock.sh): {unlocked}"
+    drifted = sorted(
+        f"{n}: installed {v}, locked {lock[n][0]}"
+        for n, v in installed.items()
+        if Version(v) != Version(lock[n][0])
+    )
+    assert not drifted, f"installed versions differ from requirements.lock: {drifted}"
+
+
+def test_lock_satisfies_the_requirements_files() -> None:
+    """A pin edited in requirements*.txt without re-running scripts/lock.sh fails here."""
+    lock = read_lock()
+    stale = []
+    for file in ("requirements.txt", "requirements-dev.txt"):
+        for line in logical_lines((ROOT / file).read_text()):
+            if line.startswith("-"):
+                continue
+            req = Requirement(line)
+            name = canonicalize_name(req.name)
+            if name not in lock:
+                stale.append(f"{file}: {req} is not in the lock")
+            elif not req.specifier.contains(lock[name][0], prereleases=True):
+                stale.append(f"{file}: {req} but the lock has {lock[name][0]}")
+    assert not stale, f"requirements.lock is stale (run scripts/lock.sh): {stale}"
+
+
+def test_setup_installs_with_require_hashes() -> None:
+    script = logical_lines(SETUP.read_text())
+    installs = [line for line in script if re.search(r"\bpip install\b", line)]
+    assert installs, "scripts/setup.sh runs no pip install"
+    for line in installs:
+        if re.search(r"\s-e\s+\.(\s|$)", line):
+            # the project itself, editable: no hash to check, and it must pull in nothing
+            assert "--no-deps" in line, f"the editable install may pull in dependencies: {line}"
+            continue
+        assert "--require-hashes" in line, f"scripts/setup.sh installs without --require-hashes: {line}"
+        assert "--no-deps" in line, f"scripts/setup.sh installs with dependency resolution: {line}"
+        assert "-r requirements.txt" not in line and "-r requirements-dev.txt" not in line, line
+    assert any("-r requirements.lock" in line for line in installs), "setup.sh does not install the lock"
+    stamp = next(line for line in script if line.startswith("want=$("))
+    assert "requirements.lock" in stamp, f"the install stamp ignores requirements.lock: {stamp}"
