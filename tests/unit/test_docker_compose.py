@@ -339,3 +339,45 @@ def test_the_compose_file_is_valid_by_the_compose_specification(tmp_path):
     (copy / "docker-compose.yml").write_text(misspelt)
     broken = check()
     assert broken.returncode != 0 and "restartt" in broken.stderr
+
+
+def test_the_package_builds_from_the_airflow_images_filtered_context(tmp_path):
+    """The build context Docker sends (the repository filtered by the image's .dockerignore, last
+    matching pattern wins) holds everything the package needs: ``pip wheel`` builds it, templates
+    included. It once failed exactly here (the ignore file let no .j2 through). The Spark image
+    installs no package (the code reaches executors at run time)."""
+    image = "airflow"
+    import pathspec
+
+    lines = (DOCKER / f"{image}.Dockerfile.dockerignore").read_text().splitlines()
+    spec = pathspec.PathSpec.from_lines(
+        "gitwildmatch", [x for x in lines if x.strip() and not x.startswith("#")]
+    )
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    context = tmp_path / "context"
+    for name in tracked.splitlines():
+        if not spec.match_file(name) and (REPO / name).is_file():
+            (context / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, context / name)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "w"),
+            str(context),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    [wheel] = (tmp_path / "w").glob("tidemark-*.whl")
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("tidemark/templates/") and n.endswith(".j2") for n in names), names
