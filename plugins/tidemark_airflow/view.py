@@ -3,9 +3,9 @@
 **Who may see what.** Plugin FastAPI apps are not protected by default; every route here goes
 through Airflow's auth manager (the UI's session cookie or a ``Bearer`` token from
 ``/auth/token``) and checks *authorization*, not only a login: the user must be allowed to
-access plugin views (``requires_access_view(AccessView.PLUGINS)``) and to read DAGs
-(``requires_access_dag("GET")``); each pipeline is shown, and its reports served, only to users
-who may read its reconciliation DAG (``is_authorized_dag``). Others get 403.
+access plugin views (``requires_access_view(AccessView.PLUGINS)``, else 403); each pipeline is
+shown, and its reports served, only to users who may read *its* reconciliation DAG
+(``is_authorized_dag`` with that DAG's id): another pipeline's pages are 404 to them.
 
 **What it shows**, per pipeline, read through delta-rs (never Spark) by :mod:`tidemark.dashboard`:
 the watermark over processing time with recorded stalls shaded, how many hosts are how far behind
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagDetails
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_view
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_view
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
@@ -63,7 +63,9 @@ app = FastAPI(
     docs_url=None,
     redoc_url=None,
     openapi_url=None,
-    dependencies=[Depends(requires_access_view(AccessView.PLUGINS)), Depends(requires_access_dag("GET"))],
+    # plugin views only: which pipelines a user sees is decided per pipeline (readable_pipelines),
+    # never by a DAG check without a DAG id, which any DAG's reader would pass
+    dependencies=[Depends(requires_access_view(AccessView.PLUGINS))],
 )
 
 

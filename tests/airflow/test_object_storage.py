@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 from helpers import listen_ports, oracle_good_records, oracle_window_counts, small_scenario, write_config
 
-from tidemark import revisions, storage
+from tidemark import liveness, revisions, storage
 from tidemark import tables as T
 from tidemark.generator import generate_files
 from tidemark.maintenance import MAINTAINED_FILE, plan
@@ -152,7 +151,7 @@ def check_the_stream_maintains_its_own_tables(pipeline) -> None:
     assert {"events", "windows", "watermarks", "_state/host_progress"} <= {t for t, _ in plan(config)}
     # one writer per table: `tidemark maintain` refuses beside a live stream (a fresh heartbeat)
     heartbeat = storage.location(config.checkpoint) / "_tidemark_alive.json"
-    beat = {"pid": os.getpid(), "host": socket.gethostname(), "written_at_ms": now_ms(), "stopped": False}
+    beat = {**liveness.ProcessIdentity.self().record(), "written_at_ms": now_ms(), "stopped": False}
     storage.write_text_atomic(heartbeat, json.dumps(beat))
     done = cli("maintain", "--config", str(path))
     storage.write_text_atomic(heartbeat, json.dumps({**beat, "stopped": True}))
@@ -243,6 +242,20 @@ def test_stream_kills_maintenance_reconcile_quality_and_sensor_on_s3(s3, tmp_pat
     check_the_stream_maintains_its_own_tables(pipeline)
     check_reconcile_and_quality(pipeline)
     check_watermark_sensor_and_trigger(pipeline)
+    check_the_secret_is_nowhere(pipeline, tmp_path)
+
+
+def check_the_secret_is_nowhere(pipeline, local_root: Path) -> None:
+    """Security finding 3: after the whole run (stream with kills, maintenance, reconcile, the
+    quality step and its reports, the sensor), no file it wrote holds the storage secret: every
+    object under the run's S3 location and every local file (logs, reports, GX, configs)."""
+    secret = CREDENTIALS["AWS_SECRET_ACCESS_KEY"].encode()
+    location = "s3a://tidemark-test/crash"
+    objects = storage.list_files(location)
+    assert objects, "nothing written on S3"
+    leaks = [o for o in objects if secret in storage.ObjectPath(f"{location}/{o}").read_bytes()]
+    leaks += [str(p) for p in local_root.rglob("*") if p.is_file() and secret in p.read_bytes()]
+    assert not leaks, f"the storage secret is written in {leaks}"
 
 
 def test_demo_runs_with_every_location_on_s3(s3, tmp_path):

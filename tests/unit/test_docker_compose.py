@@ -33,7 +33,7 @@ AIRFLOW_ROLES = {
     "airflow-init": [
         "bash",
         "-c",
-        "airflow db migrate && python -m tidemark_airflow.pools",
+        "python -m tidemark_airflow.deploy_secrets && airflow db migrate && python -m tidemark_airflow.pools",
     ],
 }
 SPARK_SERVICES = {"spark-master", "spark-worker-1", "spark-worker-2"}
