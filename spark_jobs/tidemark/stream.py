@@ -119,7 +119,7 @@ def run_stream(
         query, processor = start_stream(spark, config, once, echo=echo, reset=reset)
         processor.writer.fence = lease.check
         heartbeat = liveness.Heartbeat(config)
-        every_s = min(liveness.HEARTBEAT_EVERY_S, lease.ttl_ms / 3000)
+        every_s = max(1, min(liveness.HEARTBEAT_EVERY_S, lease.ttl_ms // 3000))
         try:
             # A live job rewrites its heartbeat file every few seconds, batch or no batch: the
             # Airflow supervisor tells a dead job (stale file, no process) from a hung one
