@@ -6,10 +6,12 @@ default), :func:`data_docs_index` its Data Docs index. The history page of the v
 (:data:`HISTORY_PAGE`) beside the Great Expectations Data Docs index, one row per stored
 validation result (newest first) with its verdict and failing checks, linking to GX's page for it.
 
-Why: GX's own index lists results with JavaScript from public CDNs, so on an air-gapped worker or
-in a headless browser its history table is empty; this page is plain HTML with inline styles.
-:func:`write_docs_history` writes it (the runner, :mod:`tidemark.quality`, calls it after every
-Data Docs build); :func:`docs_history_page` says where it is.
+Why: GX's own index lists results with JavaScript from public CDNs, so on an air-gapped worker,
+in a headless browser or served with scripts off (the Airflow view's ``sandbox`` policy) its
+result table is empty; this page is plain HTML with inline styles, and the newest results are
+written onto the index page itself the same way. :func:`write_docs_history` writes both (the
+runner, :mod:`tidemark.quality`, calls it after every Data Docs build); :func:`docs_history_page`
+says where the page is.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from tidemark.storage import is_object_store
 QUALITY_DIR = "_quality"
 HISTORY_PAGE = "tidemark_history.html"
 HISTORY_LIMIT = 500
+INDEX_LIMIT = 50  # validations listed on the index page itself
+_INDEX_OPEN, _INDEX_CLOSE = "<!-- tidemark:validations -->", "<!-- /tidemark:validations -->"
 
 _STYLE = (
     "body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;padding:0 16px;"
@@ -72,11 +76,43 @@ def write_docs_history(
         for run_time, suite, file in _stored_results(root / "validations")[:limit]
         if (row := _history_row(root, run_time, suite, file)) is not None
     ]
-    site = data_docs_index(config, quality_dir).parent
+    index = data_docs_index(config, quality_dir)
+    site = index.parent
     site.mkdir(parents=True, exist_ok=True)
     path = site / HISTORY_PAGE
     path.write_text(_history_html(config.pipeline, rows), encoding="utf-8")
+    if index.is_file():
+        _list_on_index(index, rows[:INDEX_LIMIT], len(rows))
     return path
+
+
+def _list_on_index(index: Path, rows: list[str], total: int) -> None:
+    """Put the newest validations on GX's index page itself as plain HTML, at the top of its body.
+
+    GX builds its result table in the browser from a JavaScript array; the Airflow view serves
+    every page with scripts off (``Content-Security-Policy: sandbox``), and an air-gapped browser
+    cannot load GX's scripts from their CDNs either, so without this the index lists no result.
+    Replaces the block a previous call left (GX rewrites the page on every build anyway)."""
+    text = index.read_text(encoding="utf-8")
+    start, end = text.find(_INDEX_OPEN), text.find(_INDEX_CLOSE)
+    if start >= 0 and end > start:
+        text = text[:start] + text[end + len(_INDEX_CLOSE) :]
+    block = (
+        f"{_INDEX_OPEN}<section id='tidemark-validations' style='margin:16px;font:14px/1.45 "
+        "system-ui,sans-serif'><style>#tidemark-validations table{border-collapse:collapse;width:100%}"
+        "#tidemark-validations th,#tidemark-validations td{border-bottom:1px solid #e2e8f0;"
+        "padding:4px 6px;text-align:left}#tidemark-validations tr.bad td{background:#fff5f5}"
+        "#tidemark-validations tr.bad td:nth-child(4){color:#c53030;font-weight:600}</style>"
+        f"<h2>Validation results</h2><p>Newest {len(rows)} of {total} stored · "
+        f"<a href='{HISTORY_PAGE}'>full history</a></p>"
+        "<table><tr><th>run time</th><th>run</th><th>suite</th><th>verdict</th><th>passed</th>"
+        "<th>failing checks</th></tr>" + "".join(rows) + f"</table></section>{_INDEX_CLOSE}"
+    )
+    body = text.find("<body")
+    at = text.find(">", body) + 1 if body >= 0 else 0
+    tmp = index.with_name(index.name + ".tmp")
+    tmp.write_text(text[:at] + block + text[at:], encoding="utf-8")
+    os.replace(tmp, index)
 
 
 def _stored_results(store: Path) -> list[tuple[str, str, Path]]:
@@ -126,7 +162,7 @@ def _history_html(pipeline: str, rows: list[str]) -> str:
         f"<h1>Data quality history — {H.escape(pipeline)}</h1>"
         f"<p>{len(rows)} stored validation(s), newest first · "
         "<a href='index.html'>Great Expectations Data Docs</a>"
-        " (needs network for its styles and tables)</p>"
+        " (its own styles need network)</p>"
         "<table id='history'><tr><th>run time</th><th>run</th><th>suite</th><th>verdict</th><th>passed</th>"
         "<th>failing checks</th></tr>" + "".join(rows) + "</table></body></html>"
     )

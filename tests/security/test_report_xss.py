@@ -152,3 +152,35 @@ def test_the_view_publishes_no_api_docs(served):
         with pytest.raises(urllib.error.HTTPError) as failed:
             urllib.request.urlopen(base + path)
         assert failed.value.code == 404, path
+
+
+def test_the_data_docs_index_lists_the_validations_with_scripts_off(served, hostile_pipeline):
+    """GX builds its index's result table with JavaScript, which the view's policy turns off: the
+    page as the browser shows it still lists every validation, the failing one flagged, each
+    linking to its page."""
+    from playwright.sync_api import sync_playwright
+
+    base, _ = served
+    _, site = hostile_pipeline
+    url = f"{base}/reports/xss/{(site / 'index.html').relative_to(site.parents[3]).as_posix()}"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(url)
+        rows = page.locator("#tidemark-validations tr[data-suite]")
+        seen = [
+            (rows.nth(i).get_attribute("data-suite"), rows.nth(i).inner_text()) for i in range(rows.count())
+        ]
+        text = page.inner_text("body")
+        opened = ""
+        if seen:
+            page.locator("#tidemark-validations a[href*='validations/']").first.click()
+            page.wait_for_load_state()
+            opened = page.inner_text("body")
+        browser.close()
+    stored = list((site.parents[1] / "validations").glob("*/*/*/*.json"))
+    assert stored and len(seen) == len(stored), (seen, stored)
+    raw = [row for suite, row in seen if suite == "tidemark_raw_events"]
+    assert raw and "FAILED" in raw[0] and "event_id_unique" in raw[0], raw
+    assert "Validation results" in text and "<tr" not in text and "<td" not in text
+    assert "Expectation Validation Result" in opened or "Validation" in opened, opened[:300]
