@@ -200,6 +200,10 @@ def _generate_kafka(args) -> int:
 
     if not args.topic:
         raise ConfigError("generate: --kafka needs --topic")
+    if args.history and not args.live:
+        raise ConfigError("generate: --history needs --live")
+    if args.history < 0:
+        raise ConfigError(f"generate: --history must be >= 0 minutes, got {args.history}")
     scenario = _scenario_from(args)
     started = time.monotonic()
     _echo(
@@ -212,6 +216,7 @@ def _generate_kafka(args) -> int:
         args.topic,
         live=args.live,
         progress=_echo if args.verbose or args.live else None,
+        history_minutes=args.history,
     )
     _echo(
         f"published {truth.lines:,} records: {truth.unique_events:,} unique events, "

@@ -92,25 +92,33 @@ def publish_scenario(
     progress: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     spans: Container[int] | None = None,
+    history_minutes: int = 0,
 ) -> Truth:
     """Publish a scenario's lines in arrival order, keyed by host (malformed lines without a host
-    go unkeyed). ``live`` paces each arrival span to the clock, as the file generator does.
-    ``spans`` publishes only those arrival spans (file indexes), so a test can let the rest of
-    the input arrive later; the returned truth still describes the whole scenario."""
+    go unkeyed). ``live`` paces each arrival span to the clock, as the file generator does;
+    ``history_minutes`` (with ``live``) starts the scenario that long ago: the spans already due
+    are published at once, each record timestamped with its span's arrival time (as the file
+    generator dates its past files), then the rest paced. ``spans`` publishes only those arrival
+    spans (file indexes), so a test can let the rest of the input arrive later; the returned truth
+    still describes the whole scenario."""
+    if history_minutes and not live:
+        raise ValueError("history_minutes needs live")
     ensure_topic(bootstrap, topic)
     to = producer(bootstrap)
     truth = Truth()
     if live:
         from dataclasses import asdict
 
-        s = Scenario(**{**asdict(s), "keys": tuple(s.keys), "start_ms": now_ms() // 1000 * 1000})
+        start = (now_ms() - history_minutes * 60_000) // 1000 * 1000
+        s = Scenario(**{**asdict(s), "keys": tuple(s.keys), "start_ms": start})
     for index, end_ms, lines in iter_buckets(s, truth):
         if spans is not None and index not in spans:
             continue
         if live and (wait := (end_ms - now_ms()) / 1000) > 0:
             sleep(wait)
+        past = end_ms if live and history_minutes and end_ms < now_ms() else None
         for line in lines:
-            produce_line(to, topic, line)
+            produce_line(to, topic, line, past)
         truth.files += 1
         truth.lines += len(lines)
         if progress:

@@ -160,3 +160,32 @@ def test_a_range_the_brokers_retention_has_reached_is_refused_with_one_line(spar
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and "retention" in err[0], err
+
+
+def test_the_live_generator_publishes_its_history_at_once_dated_at_arrival(spark, kafka):
+    """``tidemark generate --kafka --live --history N`` (what a deployment's producer runs) starts
+    N minutes ago: the past is published at once, each record timestamped with its span's arrival
+    (as the file generator dates its past files), then the rest paced. It once ignored --history."""
+    import time
+
+    from tidemark.cli import main
+
+    started = int(time.time() * 1000)
+    args = ["generate", "--kafka", kafka.bootstrap, "--topic", "history", "--live", "--history", "30"]
+    assert main([*args, "--minutes", "30", "--hosts", "20", "--rate", "2", "--seed", "3"]) == 0
+    took = int(time.time() * 1000) - started
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("subscribe", "history")
+        .option("startingOffsets", "earliest")
+        .load()
+        .select((F.col("timestamp").cast("double") * 1000).cast("long").alias("ts"), "value")
+        .collect()
+    )
+    times = [json.loads(r["value"]).get("event_time") for r in rows]
+    times = [t for t in times if isinstance(t, int)]
+    assert took < 4 * 60_000, "the history was paced, not published at once"
+    assert min(times) < started - 25 * 60_000, "no event time from 30 minutes ago: --history ignored"
+    past = [r["ts"] for r in rows if r["ts"] < started - 60_000]
+    assert past and min(past) >= started - 31 * 60_000, "past records not dated at their arrival"
