@@ -271,13 +271,15 @@ def render_fragment(items: list[tuple[dict[str, Any], Any]]) -> str:
             + "</div>"
         )
         if d is not None:
+            # The charts are Markup (rendered by Jinja2); joined as str, since Markup + str would
+            # escape the str (the row's markup once showed on the page as text).
             parts.append(
-                watermark_plot(d)
+                str(watermark_plot(d))
                 + '<div class="row">'
-                + lag_histogram_plot(d)
-                + _lagging(s)
+                + str(lag_histogram_plot(d))
+                + f'<div class="lagging-list">{_lagging(s)}</div>'
                 + "</div>"
-                + alignment_plot(d)
+                + str(alignment_plot(d))
             )
         parts.append("</section>")
     return "".join(parts) or "<p>No pipelines you may read are configured (TIDEMARK_PIPELINES_DIR).</p>"

@@ -60,19 +60,47 @@ def macros(template: str) -> Any:
     return environment().get_template(template).module
 
 
-def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+def nice_ticks(lo: float, hi: float, n: int = 5, min_step: float = 0) -> list[float]:
     """About ``n`` round tick values covering ``[lo, hi]`` (steps of 1, 2, 2.5 or 5 times a power
-    of ten)."""
+    of ten, and at least ``min_step``: 1 for an axis of counts)."""
     if hi <= lo:
         hi = lo + 1
-    raw = (hi - lo) / n
+    raw = max((hi - lo) / n, 1e-12)
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    first = math.ceil(lo / step) * step
+    if step < min_step:
+        step = float(min_step)
+    first = math.ceil(lo / step - 1e-9) * step
     ticks, v = [], first
     while v <= hi + step * 1e-9:
         ticks.append(round(v, 12))
         v += step
+    return ticks
+
+
+# round steps for a time axis (ms), smallest first
+TIME_STEPS_MS = [
+    s * 1000
+    for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+]
+
+
+def time_ticks(x0: int, x1: int, most: int = 7) -> list[tuple[int, str]]:
+    """At most ``most`` ticks at round instants in ``[x0, x1]`` ms (every 1 s, 2 s, ... 1 min, 5 min,
+    ... 1 h, ... 1 day, the smallest step that fits), each labelled as precisely as its step needs
+    (``HH:MM:SS`` for steps below a minute, ``HH:MM``, or ``MM-DD HH:MM`` over a day or more):
+    distinct labels."""
+    span = max(x1 - x0, 1)
+    step = next((s for s in TIME_STEPS_MS if span / s <= most - 1), None)
+    if step is None:  # longer than (most - 1) days: whole days
+        step = 86_400_000 * math.ceil(span / 86_400_000 / (most - 1))
+    first = -(-x0 // step) * step
+    width = 8 if step < 60_000 else 5
+    ticks = []
+    for t in range(first, x1 + 1, step):
+        text = format_instant_ms(t)
+        label = text[11 : 11 + width] if span < 86_400_000 else f"{text[5:10]} {text[11:16]}"
+        ticks.append((t, label))
     return ticks
 
 
@@ -139,7 +167,10 @@ class Plot:
 
     def axes(self, x_ticks: list[tuple[float, str]], x_label: str | None = None) -> None:
         """Set the x ticks (position, label) and label; the y ticks follow from ``[y0, y1]``."""
-        self.y_ticks = [Tick(self.sy(t), self.y_fmt(t)) for t in nice_ticks(self.y0, self.y1)]
+        values = nice_ticks(self.y0, self.y1)
+        if len({self.y_fmt(t) for t in values}) < len(values):  # e.g. counts 0-1 in steps of 0.25
+            values = nice_ticks(self.y0, self.y1, min_step=1)
+        self.y_ticks = [Tick(self.sy(t), self.y_fmt(t)) for t in values]
         self.x_ticks = [Tick(x, label) for x, label in x_ticks]
         if x_label is not None:
             self.x_label = x_label
@@ -156,17 +187,18 @@ class Plot:
 def time_axis(
     x0: int, x1: int, inner_w: float, label_chars: int = 5
 ) -> tuple[Callable[[float], float], list[tuple[float, str]]]:
-    """The x mapping of a time axis over ``[x0, x1]`` ms and its 7 ticks, labelled ``HH:MM``
-    (``label_chars=8``: ``HH:MM:SS``)."""
+    """The x mapping of a time axis over ``[x0, x1]`` ms and its ticks (:func:`time_ticks`: round
+    instants, distinct labels; ``label_chars=8`` shows seconds on every label)."""
     span = max(x1 - x0, 1)
 
     def sx(t: float) -> float:
         return LEFT + inner_w * (t - x0) / span
 
-    ticks = [
-        (sx(x0 + span * k / 6), format_instant_ms(int(x0 + span * k / 6))[11 : 11 + label_chars])
-        for k in range(7)
-    ]
+    ticks = []
+    for t, label in time_ticks(x0, x1):
+        if label_chars == 8 and len(label) == 5:
+            label = format_instant_ms(t)[11:19]
+        ticks.append((sx(t), label))
     return sx, ticks
 
 

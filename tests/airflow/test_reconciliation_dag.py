@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -167,6 +168,10 @@ def test_reconciliation_dag_alerts_on_a_misaligned_hour_then_publishes_it_once_w
     published = Path(str(pages["reconciliation"].parent) + hour["href"].removeprefix("/tidemark/reports/rec"))
     assert misaligned[0] in published.read_text(encoding="utf-8")  # the hour's page has its windows
     page = render_fragment([(summary, dashboard)])
+    escaped = re.search(r"&lt;/?[a-z]", page)  # a tag as text ("&lt; 10 s" is a label)
+    assert escaped is None, (
+        f"markup escaped into text: {page[max(0, escaped.start() - 200) : escaped.end() + 200]}"
+    )
     assert 'class="hour-report" data-start="' + format_instant_ms(start) + '"' in page
     docs = "/tidemark/reports/rec/gx/uncommitted/data_docs/local_site/index.html"
     assert f'data-label="data-docs" href="{docs}"' in page
