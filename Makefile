@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # xdist workers for `make test` (0: one process)
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup setup-test run demo test test-fast lint format clean
+.PHONY: help setup setup-test run demo test test-deploy test-fast lint format clean
 
 help:
 	@echo "make run        the platform: Airflow UI + scheduler + live generator + supervised stream (Ctrl-C stops)"
@@ -31,7 +31,11 @@ demo: setup
 	$(VENV)/tidemark demo
 
 test: setup-test
-	$(VENV)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+	$(VENV)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) -m "not deploy" $(PYTEST_ARGS)
+
+# the compose deployment end to end on a private Docker engine (docker/README.md; ~25 min)
+test-deploy: setup-test
+	$(VENV)/python -m pytest -p no:cacheprovider -s tests/deploy $(PYTEST_ARGS)
 
 test-fast: setup
 	$(VENV)/python -m pytest -m "not spark and not slow" $(PYTEST_ARGS)

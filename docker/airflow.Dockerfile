@@ -4,9 +4,15 @@
 # spark-submit to the cluster without touching the network.
 #
 #   docker compose -f docker/docker-compose.yml build    (context: the repository root)
+#
+# The base images are build arguments; the defaults are the official images. A machine with no
+# registry builds stand-ins for them from Debian packages (docker/standins/, docker/README.md).
+ARG MAVEN_IMAGE=maven:3.9.9-eclipse-temurin-17
+ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
 
 # --- the JVM jars, fetched once from Maven Central with the same pom as scripts/setup.sh -------
-FROM maven:3.9.9-eclipse-temurin-17 AS jars
+# hadolint ignore=DL3006
+FROM ${MAVEN_IMAGE} AS jars
 WORKDIR /build
 COPY scripts/jars/pom.xml pom.xml
 RUN mvn -q -B -f pom.xml \
@@ -14,7 +20,8 @@ RUN mvn -q -B -f pom.xml \
       -DoutputDirectory=/build/jars
 
 # --- the Airflow image ---------------------------------------------------------------------------
-FROM apache/airflow:3.3.2-python3.11
+# hadolint ignore=DL3006
+FROM ${AIRFLOW_IMAGE}
 
 USER 0
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

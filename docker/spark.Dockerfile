@@ -7,7 +7,10 @@
 #   master: spark-class org.apache.spark.deploy.master.Master --host spark-master
 #   worker: spark-class org.apache.spark.deploy.worker.Worker --cores 1 --memory 1536m spark://spark-master:7077
 
-FROM python:3.11-slim-bookworm
+# The base is a build argument (default: the official image; docker/standins/ for no registry).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# hadolint ignore=DL3006
+FROM ${PYTHON_IMAGE}
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # hadolint ignore=DL3008

@@ -64,6 +64,10 @@ if [ "$TEST_TOOLS" = 1 ]; then
   apt_install chromium /usr/bin/chromium "browser tests"
   apt_install docker-compose /usr/bin/docker-compose "the compose file's validation tests"
   apt_install patchelf /usr/bin/patchelf "the Java 21 tests (scripts/java21.sh)"
+  # the image builds (tests/deploy): a Docker engine the tests start themselves on loopback, and
+  # mmdebstrap for the stand-in base images (no container registry is needed)
+  apt_install docker.io /usr/sbin/dockerd "the image builds (tests/deploy)"
+  apt_install mmdebstrap /usr/bin/mmdebstrap "the stand-in base images (tests/deploy)"
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -1,0 +1,422 @@
+"""The deployment test's machinery: a private Docker engine on loopback, the stand-in bases, the
+project's images built from their own Dockerfiles, and the compose override for host networking.
+
+The machine's rules (issue 37): the engine runs as ``dockerd --bridge=none --iptables=false`` with
+its own data root, socket and pid file, so everything it holds belongs to the test; builds use
+``--network host`` and ``--pull=false``; every service runs with ``network_mode: host`` and is
+reached on 127.0.0.1 at ports the test chose; nothing is pulled (``pull_policy: never``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER = REPO / "docker"
+STANDIN = "tidemark-standin"
+IMAGES = {"airflow": "tidemark-airflow:deploy-test", "spark": "tidemark-spark:deploy-test"}
+BASES = {  # the build argument of each project image -> its stand-in
+    "airflow": {"MAVEN_IMAGE": f"{STANDIN}/maven:3-jdk17", "AIRFLOW_IMAGE": f"{STANDIN}/airflow:3.3.2"},
+    "spark": {"PYTHON_IMAGE": f"{STANDIN}/python:3.11"},
+}
+OFFICIAL = {  # the compose file's pulled images -> their stand-ins
+    "postgres:15": f"{STANDIN}/postgres:15",
+    "apache/kafka:3.9.1": f"{STANDIN}/kafka:3.9.1",
+}
+
+
+def log(message: str) -> None:
+    print(f"deploy: {message}", flush=True)
+
+
+@dataclass
+class Engine:
+    """A dockerd of the test's own (data root, exec root, socket and pid file under ``root``)."""
+
+    root: Path
+    proc: subprocess.Popen | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "docker.sock"
+
+    def start(self, timeout: float = 60) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
+        self.proc = subprocess.Popen(
+            [
+                dockerd,
+                "--bridge=none",
+                "--iptables=false",
+                "--ip6tables=false",
+                "--data-root",
+                str(self.root / "data"),
+                "--exec-root",
+                str(self.root / "exec"),
+                "--pidfile",
+                str(self.root / "dockerd.pid"),
+                "-H",
+                f"unix://{self.socket}",
+            ],
+            stdout=open(self.root / "dockerd.log", "ab"),  # noqa: SIM115 - the daemon's, for its life
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.env = {**os.environ, "DOCKER_HOST": f"unix://{self.socket}", "DOCKER_BUILDKIT": "0"}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"dockerd exited ({self.proc.returncode}); see {self.root / 'dockerd.log'}"
+                )
+            if self.docker("info", check=False, quiet=True).returncode == 0:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"dockerd did not answer on {self.socket} within {timeout:.0f} s")
+
+    def docker(self, *args: str, check: bool = True, quiet: bool = False, timeout: float = 3600, **kw):
+        done = subprocess.run(
+            ["docker", *args], env=self.env, capture_output=True, text=True, timeout=timeout, **kw
+        )
+        if check and done.returncode != 0:
+            raise RuntimeError(f"docker {' '.join(args[:3])}: {done.stderr.strip()[-3000:]}")
+        return done
+
+    def stop(self) -> None:
+        """Stop the engine (its containers stop with it: they are its children) by its own pid."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def build_context(image: str, dest: Path) -> Path:
+    """The context Docker sends for ``docker/<image>.Dockerfile``: the tracked files its
+    ``.dockerignore`` lets through (last matching pattern wins). The legacy builder (no buildx
+    here) reads only a context-root .dockerignore, so the test applies the per-Dockerfile file."""
+    import pathspec
+
+    lines = (DOCKER / f"{image}.Dockerfile.dockerignore").read_text().splitlines()
+    spec = pathspec.PathSpec.from_lines(
+        "gitwildmatch", [x for x in lines if x.strip() and not x.startswith("#")]
+    )
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    if dest.exists():
+        shutil.rmtree(dest)
+    for name in tracked.splitlines():
+        if not spec.match_file(name) and (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    (dest / "docker").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(DOCKER / f"{image}.Dockerfile", dest / "docker" / f"{image}.Dockerfile")
+    return dest
+
+
+def build_standins(engine: Engine) -> float:
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(DOCKER / "standins" / "build.sh"), STANDIN], env=engine.env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"stand-ins: {done.stderr.strip()[-3000:]}")
+    for official, standin in OFFICIAL.items():
+        engine.docker("tag", standin, official)
+    return time.monotonic() - started
+
+
+def build_image(engine: Engine, image: str, work: Path) -> float:
+    """Build docker/<image>.Dockerfile with only its bases swapped (build arguments); seconds."""
+    context = build_context(image, work / f"context-{image}")
+    args = [a for k, v in BASES[image].items() for a in ("--build-arg", f"{k}={v}")]
+    started = time.monotonic()
+    engine.docker(
+        "build",
+        "--pull=false",
+        "--network",
+        "host",
+        *args,
+        "-f",
+        str(context / "docker" / f"{image}.Dockerfile"),
+        "-t",
+        IMAGES[image],
+        str(context),
+    )
+    return time.monotonic() - started
+
+
+def run_image(engine: Engine, image: str, script: str, *options: str) -> str:
+    """``bash -c script`` in a container of one of the project's images on the host's network
+    (``--rm`` unless ``options`` name it, e.g. ``-d --name producer``); its standard output."""
+    rm = () if "--name" in options else ("--rm",)
+    return engine.docker(
+        "run", *rm, *options, "--network", "host", "--pull=never", IMAGES[image], "bash", "-c", script
+    ).stdout
+
+
+def image_size_mb(engine: Engine, tag: str) -> float:
+    out = engine.docker("image", "inspect", tag, "--format", "{{.Size}}").stdout
+    return int(out.strip()) / 1e6
+
+
+def inspect(engine: Engine, container: str) -> dict:
+    return json.loads(engine.docker("inspect", container).stdout)[0]
+
+
+def dump_yaml(data: dict, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@dataclass
+class Ports:
+    postgres: int
+    kafka: int
+    kafka_controller: int
+    spark_master: int
+    spark_master_ui: int
+    spark_worker_ui: int
+    api: int
+    scheduler_health: int
+
+    @classmethod
+    def free(cls) -> Ports:
+        import socket
+
+        socks = []
+        for _ in range(8):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        ports = [s.getsockname()[1] for s in socks]
+        for s in socks:
+            s.close()
+        return cls(*ports)
+
+
+AIRFLOW_SERVICES = (
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+)
+# What the test runs: one Spark worker (the machine has 2 cores)
+SERVICES = ("postgres", "kafka", "kafka-init", "spark-master", "spark-worker-1", *AIRFLOW_SERVICES)
+
+
+def project_dir(work: Path, env: dict[str, str], pipelines: dict[str, dict]) -> Path:
+    """A compose project laid out as the repository is (``docker/`` with ``dags`` and ``plugins``
+    beside it, linked to the checkout's), with the test's ``docker/.env`` and pipelines, so the
+    checkout's own docker/.env is never touched."""
+    root = work / "project"
+    if root.exists():
+        shutil.rmtree(root)
+    (root / "docker").mkdir(parents=True)
+    for name in ("docker-compose.yml",):
+        shutil.copy2(DOCKER / name, root / "docker" / name)
+    for name in ("dags", "plugins"):
+        (root / name).symlink_to(REPO / name)
+    lines = [f"{k}={v}" for k, v in env.items()]
+    (root / "docker" / ".env").write_text("\n".join(lines) + "\n")
+    os.chmod(root / "docker" / ".env", 0o600)
+    (root / "docker" / "pipelines").mkdir()
+    for name, config in pipelines.items():
+        dump_yaml(config, root / "docker" / "pipelines" / f"{name}.yaml")
+    return root
+
+
+def _probe(port: int) -> str:
+    return f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/json/', timeout=5)"
+
+
+def host_override(ports: Ports, volume_dir: Path, postgres_password: str) -> dict:
+    """The test's compose override: every service on the host's network at the test's ports on
+    127.0.0.1, nothing pulled, and the shared volume bound to a directory the test can read."""
+    p = ports
+    airflow_env = {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": (
+            f"postgresql+psycopg2://airflow:{postgres_password}@127.0.0.1:{p.postgres}/airflow"
+        ),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{p.api}/execution/",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(p.scheduler_health),
+        "AIRFLOW_CONN_TIDEMARK_SPARK": (
+            f"spark://127.0.0.1:{p.spark_master}?deploy-mode=client&spark-binary=spark-submit"
+        ),
+        "SPARK_LOCAL_HOSTNAME": "127.0.0.1",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    host = {"network_mode": "host", "pull_policy": "never"}
+    services: dict[str, dict] = {name: dict(host) for name in SERVICES}
+    for name in AIRFLOW_SERVICES:
+        services[name]["environment"] = dict(airflow_env)
+    services["airflow-apiserver"]["command"] = ["api-server", "--port", str(p.api)]
+    services["airflow-apiserver"]["healthcheck"] = {
+        "test": ["CMD", "curl", "--fail", f"http://127.0.0.1:{p.api}/api/v2/version"],
+        "interval": "10s",
+    }
+    services["airflow-scheduler"]["healthcheck"] = {
+        "test": ["CMD", "curl", "--fail", f"http://127.0.0.1:{p.scheduler_health}/health"],
+        "interval": "10s",
+    }
+    services["postgres"]["environment"] = {"PGPORT": str(p.postgres)}
+    services["postgres"]["healthcheck"] = {
+        "test": ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", "airflow", "-d", "airflow"],
+        "interval": "3s",
+    }
+    services["kafka"]["environment"] = {
+        "KAFKA_LISTENERS": f"PLAINTEXT://127.0.0.1:{p.kafka},CONTROLLER://127.0.0.1:{p.kafka_controller}",
+        "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://127.0.0.1:{p.kafka}",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": f"1@127.0.0.1:{p.kafka_controller}",
+    }
+    services["kafka"]["healthcheck"] = {
+        "test": [
+            "CMD-SHELL",
+            f"/opt/kafka/bin/kafka-broker-api-versions.sh --bootstrap-server 127.0.0.1:{p.kafka} >/dev/null",
+        ],
+        "interval": "5s",
+    }
+    services["kafka-init"]["command"] = [
+        "/opt/kafka/bin/kafka-topics.sh",
+        "--bootstrap-server",
+        f"127.0.0.1:{p.kafka}",
+        "--create",
+        "--if-not-exists",
+        "--topic",
+        "orders",
+        "--partitions",
+        "4",
+        "--replication-factor",
+        "1",
+    ]
+    services["spark-master"]["command"] = [
+        "spark-class",
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(p.spark_master),
+        "--webui-port",
+        str(p.spark_master_ui),
+    ]
+    services["spark-master"]["healthcheck"] = {
+        "test": [
+            "CMD",
+            "python3",
+            "-c",
+            _probe(p.spark_master_ui),
+        ],
+        "interval": "5s",
+    }
+    services["spark-worker-1"]["command"] = [
+        "spark-class",
+        "org.apache.spark.deploy.worker.Worker",
+        "--host",
+        "127.0.0.1",
+        "--webui-port",
+        str(p.spark_worker_ui),
+        "--cores",
+        "2",
+        "--memory",
+        "2g",
+        "--work-dir",
+        "/opt/spark-work",
+        f"spark://127.0.0.1:{p.spark_master}",
+    ]
+    services["spark-worker-1"]["healthcheck"] = {
+        "test": [
+            "CMD",
+            "python3",
+            "-c",
+            _probe(p.spark_worker_ui),
+        ],
+        "interval": "5s",
+    }
+    for name in SERVICES:  # the names resolve on the host's network too (no compose DNS there)
+        services[name]["extra_hosts"] = [f"{n}:127.0.0.1" for n in (*SERVICES, "spark-worker-2")]
+    for name in ("spark-master", "spark-worker-1"):
+        services[name]["environment"] = {"SPARK_LOCAL_IP": "127.0.0.1"}
+    volumes = {
+        "tidemark-var": {
+            "driver": "local",
+            "driver_opts": {"type": "none", "o": "bind", "device": str(volume_dir)},
+        }
+    }
+    # no network of compose's own: its default would be a new bridge with a 172.x address
+    networks = {"default": {"name": "host", "external": True}}
+    return {"services": services, "volumes": volumes, "networks": networks}
+
+
+COMPOSE_PROJECT = "tidemark-deploy-test"
+COMPOSE_ENV = {"TIDEMARK_IMAGE_TAG": "deploy-test", "COMPOSE_PROJECT_NAME": COMPOSE_PROJECT}
+
+
+def compose_command(project: Path, override: Path) -> list[str]:
+    compose = shutil.which("docker-compose") or "/usr/bin/docker-compose"
+    return [compose, "-f", str(project / "docker" / "docker-compose.yml"), "-f", str(override)]
+
+
+def secrets_env() -> dict[str, str]:
+    """docker/.env as a deployer fills it: strong secrets (deploy_secrets refuses placeholders)."""
+    import secrets
+
+    from cryptography.fernet import Fernet
+
+    token = secrets.token_urlsafe
+    return {
+        "POSTGRES_PASSWORD": token(32),
+        "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+        "AIRFLOW__API_AUTH__JWT_SECRET": token(32),
+        "AIRFLOW__API__SECRET_KEY": token(32),
+        # alerts go to loopback ports nobody listens on: a failing run's alert fails, visibly
+        "AIRFLOW_CONN_TIDEMARK_SMTP": f"smtp://alerts:{token(32)}@127.0.0.1:9?from_email=alerts%40example.com",
+        "AIRFLOW_CONN_TIDEMARK_WEBHOOK": json.dumps(
+            {"conn_type": "http", "host": "127.0.0.1", "schema": "http", "port": 9, "password": token(32)}
+        ),
+    }
+
+
+def orders_pipeline(ports: Ports, reconcile_start_ms: int | None = None) -> dict:
+    """docker/pipelines/orders-kafka.yaml with the test's broker port (host network), a small
+    cluster's executor share (the stream and a batch job each get one of the worker's 2 cores)."""
+    config = yaml.safe_load((DOCKER / "pipelines" / "orders-kafka.yaml").read_text())
+    config["source"]["bootstrap_servers"] = f"127.0.0.1:{ports.kafka}"
+    config.setdefault("spark", {}).setdefault("conf", {}).update(
+        {"spark.cores.max": 1, "spark.executor.memory": "768m", "spark.driver.memory": "1g"}
+    )
+    if reconcile_start_ms is not None:
+        config.setdefault("airflow", {})["reconcile_start"] = reconcile_start_ms
+    return config
+
+
+def merged_compose(engine: Engine, project: Path, override: Path, out: Path) -> Path:
+    """docker/docker-compose.yml with the test's override, merged by compose itself (``config``),
+    less the published ports: Docker refuses them beside ``network_mode: host`` (where they mean
+    nothing) and compose v1 cannot remove a key in an override (v2 would, with ``!reset``)."""
+    done = subprocess.run(
+        [*compose_command(project, override), "config"],
+        env={**engine.env, **COMPOSE_ENV},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"docker-compose config: {done.stderr.strip()}")
+    config = yaml.safe_load(done.stdout)
+    for service in config["services"].values():
+        if service.get("network_mode") == "host":
+            service.pop("ports", None)
+    return dump_yaml(config, out)
