@@ -11,6 +11,8 @@ RUN apt-get update \
  && chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql
 COPY postgres-entrypoint.sh /usr/local/bin/docker-entrypoint.sh
 ENV PATH=/usr/lib/postgresql/15/bin:$PATH PGDATA=/var/lib/postgresql/data
+# the Debian package's postgres user (a system uid; the official image's is 999)
+# hadolint ignore=DL3066
 USER postgres
 ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]
 CMD ["postgres"]
