@@ -33,7 +33,7 @@ demo: setup
 test: setup-test
 	$(VENV)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) -m "not deploy" $(PYTEST_ARGS)
 
-# the compose deployment end to end on a private Docker engine (docker/README.md; ~25 min)
+# the compose deployment end to end on a private Docker engine (docker/README.md; ~40 min)
 test-deploy: setup-test
 	$(VENV)/python -m pytest -p no:cacheprovider -s tests/deploy $(PYTEST_ARGS)
 

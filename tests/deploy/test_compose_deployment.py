@@ -1,6 +1,6 @@
 """The compose deployment, built and run end to end on a private Docker engine (issue 37).
 
-``make test-deploy`` runs it (about 25 minutes here; CI runs test_images.py instead). The steps
+``make test-deploy`` runs it (about 40 minutes here; CI runs test_images.py instead). The steps
 are docs/deployment.md's "first start", in the same order, on the machine's terms: every service
 on the host's network at ports the test chose, nothing pulled, the base images Debian stand-ins.
 

@@ -23,7 +23,7 @@ def test_the_airflow_image_holds_the_platform(engine, images):
     assert run[0] == "50000" and "3.3.2" in run, run[:5]
     assert "4.1.3" in run, run
     jars = "\n".join(run)
-    for jar in ("tidemark-udf.jar", "delta-spark_2.13", "spark-sql-kafka-0-10_2.13"):
+    for jar in ("tidemark-udf.jar", "delta-spark_4.1_2.13-4.4.0.jar", "spark-sql-kafka-0-10_2.13-4.1.3.jar"):
         assert jar in jars, (jar, run)
     assert 'openjdk version "17' in jars and "No broken requirements found." in jars
 
