@@ -10,14 +10,6 @@ import time
 import harness as h
 import pytest
 
-pytestmark = [pytest.mark.xdist_group("docker")]
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if "tests/deploy/" in str(item.fspath):
-            item.add_marker(pytest.mark.xdist_group("docker"))
-
 
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory):

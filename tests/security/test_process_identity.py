@@ -37,6 +37,7 @@ def tokened():
     process = subprocess.Popen(
         ["sleep", "600"], start_new_session=True, env={**os.environ, liveness.TOKEN_VAR: token}
     )
+    _execed(process)
     yield process, token
     process.kill()
     process.wait()
@@ -57,6 +58,20 @@ def _supervise(config) -> liveness.Liveness:
     if state.state == liveness.HUNG:
         StreamProcessHook(config).stop_recorded(timeout=2)
     return state
+
+
+def _execed(process, program: bytes = b"sleep") -> None:
+    """Wait until the child runs ``program`` (on a loaded machine its /proc entry can still show
+    the parent's command line and environment for a moment after Popen returns)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{process.pid}/cmdline").read_bytes().startswith(program):
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"pid {process.pid} never ran {program!r}")
 
 
 def _alive(process) -> bool:
@@ -175,6 +190,7 @@ def test_never_our_own_process_group(tokened):
     token = liveness.new_token()
     child = subprocess.Popen(["sleep", "600"], env={**os.environ, liveness.TOKEN_VAR: token})
     try:
+        _execed(child)
         identity = liveness.ProcessIdentity.of(child.pid, token)
         assert liveness.verify(identity).ours
         assert liveness.signal_group(identity, signal.SIGTERM) is False
