@@ -289,3 +289,49 @@ def listen_ports(count: int) -> list[int]:
         if port not in ports:
             ports.append(port)
     return ports
+
+
+def filtered_context(dockerfile_ignore: Path, dest: Path) -> Path:
+    """The build context Docker sends for a Dockerfile: the repository's tracked files its
+    ``.dockerignore`` lets through (last matching pattern wins), copied under ``dest``."""
+    import shutil
+    import subprocess
+
+    import pathspec
+
+    root = Path(__file__).resolve().parents[1]
+    lines = dockerfile_ignore.read_text().splitlines()
+    spec = pathspec.PathSpec.from_lines(
+        "gitwildmatch", [x for x in lines if x.strip() and not x.startswith("#")]
+    )
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout
+    for name in tracked.splitlines():
+        if not spec.match_file(name) and (root / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, dest / name)
+    return dest
+
+
+def sign_in(page, base: str, user: str, password: str) -> None:
+    """Log in to Airflow's UI as a person does (the simple auth manager's form)."""
+    page.goto(f"{base}/", wait_until="domcontentloaded")
+    page.locator("input[name=username]").fill(user)
+    page.locator("input[name=password]").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=60_000)
+
+
+def open_hour_report(page, section, pipeline: str, start: str):
+    """Click the view's link to the hour starting at ``start`` (ISO) and return the report's
+    page, checked to be that pipeline's report with the verdict "stream agrees with batch"."""
+    from playwright.sync_api import expect
+
+    link = section.locator(f'a.hour-report[data-start="{start}"]')
+    expect(link).to_have_count(1)
+    with page.expect_popup() as popup:
+        link.click()
+    report = popup.value
+    report.wait_for_load_state("domcontentloaded")
+    expect(report.locator("h1")).to_contain_text(f"Tidemark reconciliation — {pipeline}")
+    expect(report.locator("#verdict")).to_have_text("stream agrees with batch")
+    return report

@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
+from helpers import open_hour_report, sign_in
 from receivers import free_port
 
 from tidemark import schemas as S
@@ -238,11 +239,7 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         try:
-            page.goto(f"{base}/", wait_until="domcontentloaded")
-            page.locator("input[name=username]").fill(user)
-            page.locator("input[name=password]").fill(password)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=60_000)
+            sign_in(page, base, user, password)
 
             page.goto(f"{base}/dags", wait_until="domcontentloaded")
             for dag_id in DAGS:
@@ -303,14 +300,7 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
             assert page.evaluate("window.__sameDocument") == "yes"
 
             # 4. The hour's report and the Data Docs, and every link inside them.
-            hour_link = section.locator(f'a.hour-report[data-start="{format_instant_ms(hour_start)}"]')
-            expect(hour_link).to_have_count(1)
-            with page.expect_popup() as popup:
-                hour_link.click()
-            report = popup.value
-            report.wait_for_load_state("domcontentloaded")
-            expect(report.locator("h1")).to_contain_text(f"Tidemark reconciliation — {PIPELINE}")
-            expect(report.locator("#verdict")).to_have_text("stream agrees with batch")
+            report = open_hour_report(page, section, PIPELINE, format_instant_ms(hour_start))
             report.screenshot(path=str(ARTIFACTS / "hour_report.png"), full_page=True)
             with report.expect_navigation():
                 report.locator("#data-docs-link").click()
@@ -319,7 +309,12 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
             docs_link = section.locator('a.report[data-label="data-docs"]').get_attribute("href")
             start = [
                 report.url,
-                urljoin(page.url, hour_link.get_attribute("href")),
+                urljoin(
+                    page.url,
+                    section.locator(
+                        f'a.hour-report[data-start="{format_instant_ms(hour_start)}"]'
+                    ).get_attribute("href"),
+                ),
                 urljoin(page.url, docs_link),
             ]
             loaded = _crawl(page, start, f"{base}/tidemark/reports/{PIPELINE}/")

@@ -108,19 +108,11 @@ def build_context(image: str, dest: Path) -> Path:
     """The context Docker sends for ``docker/<image>.Dockerfile``: the tracked files its
     ``.dockerignore`` lets through (last matching pattern wins). The legacy builder (no buildx
     here) reads only a context-root .dockerignore, so the test applies the per-Dockerfile file."""
-    import pathspec
+    from helpers import filtered_context
 
-    lines = (DOCKER / f"{image}.Dockerfile.dockerignore").read_text().splitlines()
-    spec = pathspec.PathSpec.from_lines(
-        "gitwildmatch", [x for x in lines if x.strip() and not x.startswith("#")]
-    )
-    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     if dest.exists():
         shutil.rmtree(dest)
-    for name in tracked.splitlines():
-        if not spec.match_file(name) and (REPO / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, dest / name)
+    filtered_context(DOCKER / f"{image}.Dockerfile.dockerignore", dest)
     (dest / "docker").mkdir(parents=True, exist_ok=True)
     shutil.copy2(DOCKER / f"{image}.Dockerfile", dest / "docker" / f"{image}.Dockerfile")
     return dest
@@ -194,17 +186,9 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        import socket
+        from helpers import listen_ports
 
-        socks = []
-        for _ in range(8):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        ports = [s.getsockname()[1] for s in socks]
-        for s in socks:
-            s.close()
-        return cls(*ports)
+        return cls(*listen_ports(8))
 
 
 AIRFLOW_SERVICES = (

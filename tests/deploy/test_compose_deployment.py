@@ -366,6 +366,7 @@ def supervisor_verdicts(d: Deployment) -> list[tuple[float, dict]]:
 
 
 def browse(d: Deployment, hour_ms: int, tmp_path: Path) -> None:
+    from helpers import open_hour_report, sign_in
     from playwright.sync_api import expect, sync_playwright
 
     from tidemark.timeutil import format_instant_ms
@@ -375,24 +376,13 @@ def browse(d: Deployment, hour_ms: int, tmp_path: Path) -> None:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         try:
-            page.goto(f"{base}/", wait_until="domcontentloaded")
-            page.locator("input[name=username]").fill("admin")
-            page.locator("input[name=password]").fill(d.password())
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=60_000)
+            sign_in(page, base, "admin", d.password())
             page.goto(f"{base}/tidemark/", wait_until="domcontentloaded")
             section = page.locator(f'section[data-pipeline="{PIPELINE}"]')
             expect(section.locator("td.watermark")).to_have_text(
                 re.compile(r"^\d{4}-\d\d-\d\dT"), timeout=60_000
             )
-            hour_link = section.locator(f'a.hour-report[data-start="{format_instant_ms(hour_ms)}"]')
-            expect(hour_link).to_have_count(1)
-            with page.expect_popup() as popup:
-                hour_link.click()
-            report = popup.value
-            report.wait_for_load_state("domcontentloaded")
-            expect(report.locator("h1")).to_contain_text(f"Tidemark reconciliation — {PIPELINE}")
-            expect(report.locator("#verdict")).to_have_text("stream agrees with batch")
+            report = open_hour_report(page, section, PIPELINE, format_instant_ms(hour_ms))
             report.screenshot(path=str(tmp_path / "hour_report.png"), full_page=True)
         finally:
             browser.close()

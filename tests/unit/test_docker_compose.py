@@ -350,19 +350,9 @@ def test_the_package_builds_from_the_airflow_images_filtered_context(tmp_path):
     matching pattern wins) holds everything the package needs: ``pip wheel`` builds it, templates
     included. It once failed exactly here (the ignore file let no .j2 through). The Spark image
     installs no package (the code reaches executors at run time)."""
-    image = "airflow"
-    import pathspec
+    from helpers import filtered_context
 
-    lines = (DOCKER / f"{image}.Dockerfile.dockerignore").read_text().splitlines()
-    spec = pathspec.PathSpec.from_lines(
-        "gitwildmatch", [x for x in lines if x.strip() and not x.startswith("#")]
-    )
-    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    context = tmp_path / "context"
-    for name in tracked.splitlines():
-        if not spec.match_file(name) and (REPO / name).is_file():
-            (context / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, context / name)
+    context = filtered_context(DOCKER / "airflow.Dockerfile.dockerignore", tmp_path / "context")
     done = subprocess.run(
         [
             sys.executable,
