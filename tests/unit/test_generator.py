@@ -126,23 +126,25 @@ def test_live_mode_starts_at_now_and_paces_each_file_to_its_arrival_span(tmp_pat
     assert max(waits) <= 2 * 60 + 30 + 5  # the final heartbeats land in the span after the last minute
 
 
-def test_live_mode_with_history_writes_the_past_at_once_dated_at_arrival_then_paces_the_rest(tmp_path):
-    from tidemark.generator import generate_live
+def test_live_mode_with_history_writes_the_past_at_once_dated_at_arrival_then_paces_the_rest(tmp_path, monkeypatch):
+    import tidemark.generator as generator
     from tidemark.timeutil import now_ms
 
+    # a fixed clock half-way into a second: which files are past is then exact, however slow the machine
+    frozen = now_ms() // 1000 * 1000 + 500
+    monkeypatch.setattr(generator, "now_ms", lambda: frozen)
     waits: list[float] = []
-    before = now_ms()
-    generate_live(
+    generator.generate_live(
         Scenario(hosts=5, minutes=4, events_per_host_per_minute=3, file_span_s=30, duplicate_rate=0.0),
         tmp_path,
         sleep=waits.append,
         history_minutes=2,
     )
     start = read_manifest(tmp_path)["scenario"]["start_ms"]
-    assert before - 2 * 60_000 - 1000 <= start <= now_ms() - 2 * 60_000
+    assert start == frozen - 500 - 2 * 60_000
     files = sorted(tmp_path.glob("part-*.jsonl"))
-    past = [f for f in files if (start + (int(f.stem[5:]) + 1) * 30_000) < before]
-    assert len(past) >= 3  # the first two minutes, written without waiting
+    past = [f for f in files if (start + (int(f.stem[5:]) + 1) * 30_000) < frozen]
+    assert len(past) == 4  # the first two minutes, written without waiting
     # each past file is dated at its arrival time (the file source reads oldest first)
     for f in past:
         assert f.stat().st_mtime == pytest.approx((start + (int(f.stem[5:]) + 1) * 30_000) / 1000, abs=0.01)
