@@ -6,14 +6,15 @@ PYTEST_ARGS ?=
 # xdist workers for `make test` (0: one process)
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup setup-test run demo test test-deploy test-fast lint format clean
+.PHONY: help setup setup-test run demo test test-deploy test-fast lint docs format clean
 
 help:
 	@echo "make run        the platform: Airflow UI + scheduler + live generator + supervised stream (Ctrl-C stops)"
 	@echo "make demo       bounded end-to-end run: generate, stream, reconcile, report"
 	@echo "make test       the full test suite (unit, Spark integration, crash/kill tests)"
 	@echo "make test-fast  unit tests only (no JVM)"
-	@echo "make lint       ruff check + format check, import contracts (.importlinter), mypy"
+	@echo "make lint       ruff check + format check, import contracts (.importlinter), mypy, docs --strict"
+	@echo "make docs       the documentation site (mkdocs.yml) into site/"
 	@echo "make setup      venv + pinned requirements + JVM jar cache (run by the others)"
 	@echo "make clean      remove var/ (demo and local runs), keep the venv and jar cache"
 
@@ -41,10 +42,15 @@ test-fast: setup
 	$(VENV)/python -m pytest -m "not spark and not slow" $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/ruff check spark_jobs plugins dags tests bench
-	$(VENV)/ruff format --check spark_jobs plugins dags tests bench
+	$(VENV)/ruff check spark_jobs plugins dags tests bench docs/hooks
+	$(VENV)/ruff format --check spark_jobs plugins dags tests bench docs/hooks
 	$(VENV)/lint-imports --no-cache
 	$(VENV)/mypy
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --quiet --site-dir build/docs-check
+
+# the documentation site (docs/, mkdocs.yml) into site/; the reference pages are generated from the code
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --site-dir site
 
 format: setup
 	$(VENV)/ruff format spark_jobs plugins dags tests bench
