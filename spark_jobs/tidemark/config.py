@@ -1,40 +1,84 @@
 """Pipeline configuration: one YAML file per pipeline, validated at start-up.
 
-A bad or unknown key fails with one line naming the file and the key. Relative paths resolve
-against ``$TIDEMARK_HOME`` when set (Airflow workers run from arbitrary directories), otherwise
-against the current directory.
+A bad or unknown key fails with one line naming the file, the line and column, and the key
+(``config clicks.yaml:7:9: window: 90 is a bare number; ...``). Relative paths resolve against
+``$TIDEMARK_HOME`` when set (Airflow workers run from arbitrary directories), otherwise against
+the current directory. The JSON Schema of the file is ``docs/pipeline.schema.json``
+(``tidemark schema`` prints it; :func:`config_json_schema`).
+
+What a file (:func:`load_config`) may say:
+
+* **Durations** carry a unit: ``500ms``, ``10s``, ``1m``, ``24h``, ``7d``; Spark's form,
+  ``'10 seconds'``, ``'1 minute'``, ``'2 hours'``, ``'1 hour 30 minutes'`` (singular or plural);
+  or ISO-8601, ``PT10S``, ``PT1H30M``, ``P1D`` (whole milliseconds; months and years have no
+  fixed length). A bare number is an error (90 what?), except ``0``. Python callers
+  (:func:`parse_config` with a mapping, ``PipelineConfig(...)``, ``model_copy``) keep passing
+  ints of milliseconds: the file rules hold under the validation context ``{"from_file": True}``,
+  which only :func:`load_config` sets.
+* **Keys** are those of the models, in their place: an unknown key is an error, and one that
+  belongs elsewhere says where (``allowed_lateness: not a top-level key; did you mean
+  window.allowed_lateness?``). A key given twice in one mapping is an error.
+* **Environment variables** fill in string values that change between environments (paths,
+  hosts, topics): ``${VAR}``, or ``${VAR:-default}`` when ``VAR`` is unset or empty; ``$${``
+  is a literal ``${``. An unset variable without a default is an error naming it and its place.
+  Keys are never substituted, and interpolation is no way to put a secret in the file: secrets
+  come from the environment or Airflow connections by name (``storage``, ``source.kafka``).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic_core import CoreSchema, core_schema
 
 from tidemark import storage
-from tidemark.timeutil import MS_PER_HOUR, format_duration_ms, parse_duration_ms, parse_instant_ms
+from tidemark.timeutil import (
+    DURATION_FORMS,
+    MS_PER_HOUR,
+    bare_number_message,
+    format_duration_ms,
+    format_instant_ms,
+    parse_duration_ms,
+    parse_instant_ms,
+)
 
 
 class ConfigError(ValueError):
     """A pipeline config that cannot be used; the message is one line naming file and field."""
 
 
-def _duration(value: Any) -> int:
+# The validation context under which the file rules hold (a bare number is no duration, no
+# top-level allowed_lateness): set by load_config, absent for Python callers.
+FROM_FILE = "from_file"
+
+
+def _from_file(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(FROM_FILE))
+
+
+def _duration(value: Any, info: ValidationInfo) -> int:
+    if _from_file(info) and isinstance(value, int | float) and not isinstance(value, bool) and value != 0:
+        raise ValueError(bare_number_message(value))
     return parse_duration_ms(value)
 
 
@@ -42,24 +86,65 @@ def _instant(value: Any) -> int:
     return parse_instant_ms(value)
 
 
-DurationMs = Annotated[int, BeforeValidator(_duration)]
-InstantMs = Annotated[int, BeforeValidator(_instant)]
+def _ci(word: str) -> str:
+    """``abc`` -> ``[aA][bB][cC]``: JSON Schema patterns have no case-insensitive flag."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
 
 
-def _at_most(limit: str) -> AfterValidator:
+_NUM = "[0-9]+(?:[.][0-9]+)?"
+_WORD = "(?:" + "|".join(_ci(w) for w in ("millisecond", "second", "minute", "hour", "day", "week")) + ")"
+# the forms parse_duration_ms accepts, as a JSON Schema (ECMA-262) pattern
+DURATION_PATTERN = (
+    rf"^[ \t]*(?:0|{_NUM}[ \t]*(?:ms|s|m|h|d)"
+    rf"|(?:{_ci('interval')}[ \t]+)?(?:{_NUM}[ \t]*{_WORD}[sS]?[ \t]*)+"
+    rf"|(?![pP]$)[pP](?:{_NUM}[wW])?(?:{_NUM}[dD])?"
+    rf"(?:[tT](?=[0-9])(?:{_NUM}[hH])?(?:{_NUM}[mM])?(?:{_NUM}[sS])?)?)[ \t]*$"
+)
+_DURATION_DESCRIPTION = f"A duration: {DURATION_FORMS}. A bare number is refused, except 0."
+_DURATION_SCHEMA = {"anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, {"const": 0}]}
+_INSTANT_DESCRIPTION = "An instant: ISO-8601 (2025-11-22T10:00:00Z; no zone means UTC) or epoch milliseconds."
+
+DurationMs = Annotated[
+    int,
+    BeforeValidator(_duration),
+    WithJsonSchema({**_DURATION_SCHEMA, "description": _DURATION_DESCRIPTION}),
+]
+InstantMs = Annotated[
+    int,
+    BeforeValidator(_instant),
+    WithJsonSchema({"type": ["string", "integer"], "description": _INSTANT_DESCRIPTION}),
+]
+
+
+class _AtMost:
     """A duration's upper bound, checked after parsing: ``Annotated[DurationMs, _at_most("7d")]``.
 
     Every duration has one. Beyond it a value is a typo (``90d`` for ``90m``), and a huge one
     overflows Spark's long milliseconds or keeps state, files or a stalled job for months; the
-    error names the bound (the field comes from the location)."""
-    most = parse_duration_ms(limit)
+    error names the bound (the field comes from the location), and so does the JSON Schema."""
 
-    def check(value: int) -> int:
-        if value > most:
-            raise ValueError(f"{format_duration_ms(value)} is above the maximum, {limit}")
+    def __init__(self, limit: str) -> None:
+        self.limit = limit
+        self.most = parse_duration_ms(limit)
+
+    def _check(self, value: int) -> int:
+        if value > self.most:
+            raise ValueError(f"{format_duration_ms(value)} is above the maximum, {self.limit}")
         return value
 
-    return AfterValidator(check)
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        out = dict(handler(schema))
+        out["description"] = f"{out.get('description', '')} At most {self.limit}.".strip()
+        return out
+
+
+def _at_most(limit: str) -> _AtMost:
+    return _AtMost(limit)
 
 
 class _Strict(BaseModel):
@@ -67,6 +152,118 @@ class _Strict(BaseModel):
     # values) must be a finite number. YAML spells NaN and infinity (.nan, .inf), and either
     # compares false with every bound, so a NaN threshold would pass every check it guards.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Kafka client options Tidemark sets itself (or Spark refuses): source.kafka.options cannot set them.
+KAFKA_OWNED_OPTIONS = frozenset(
+    {
+        "bootstrap.servers",
+        "group.id",
+        "group.instance.id",
+        "enable.auto.commit",
+        "auto.offset.reset",
+        "key.deserializer",
+        "value.deserializer",
+        "key.serializer",
+        "value.serializer",
+        "interceptor.classes",
+        "enable.idempotence",
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.jaas.config",
+        "sasl.username",
+        "sasl.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.ca.location",
+        "ssl.endpoint.identification.algorithm",
+    }
+)
+_KAFKA_SECRET_WORDS = ("password", "secret", "jaas", "token", "credential", "ssl.keystore.key")
+_KAFKA_SECRET_HOME = (
+    "secrets are never read from the config file: name the environment variable that holds the "
+    "password in source.kafka.password_env, or an Airflow connection (login, password) in "
+    "source.kafka.airflow_connection"
+)
+
+
+class KafkaClientConfig(_Strict):
+    """How Tidemark's Kafka clients (Spark's source, the batch recompute, the publisher) reach a
+    secured cluster (:func:`tidemark.kafka.kafka_access`). The password comes from the environment
+    variable ``password_env`` names or from the Airflow connection ``airflow_connection`` (login,
+    password), never from this file; ``options`` passes further non-secret Java client options to
+    Spark's Kafka source (``kafka.<name>``)."""
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: str | None = None
+    password_env: str | None = None
+    airflow_connection: str | None = None
+    # the CA certificates (PEM) the brokers' certificates are checked against; None: the system's
+    ssl_ca_file: str | None = None
+    # check that a broker's certificate names the host it is reached at (off: the certificate only)
+    ssl_endpoint_identification: bool = True
+    options: dict[str, str | int | bool] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                if key not in ("password_env", "airflow_connection", "options") and any(
+                    w in str(key).lower() for w in _KAFKA_SECRET_WORDS
+                ):
+                    raise ValueError(f"{key}: {_KAFKA_SECRET_HOME}")
+        return data
+
+    @field_validator("options")
+    @classmethod
+    def _passthrough(cls, value: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, option in value.items():
+            name = key.removeprefix("kafka.")
+            if any(w in name.lower() for w in _KAFKA_SECRET_WORDS):
+                raise ValueError(f"{key}: {_KAFKA_SECRET_HOME}")
+            if name in KAFKA_OWNED_OPTIONS:
+                raise ValueError(
+                    f"{key}: set by Tidemark (security_protocol, sasl_mechanism, username, "
+                    "ssl_ca_file and ssl_endpoint_identification cover the security ones)"
+                )
+            if not re.fullmatch(r"[a-z][a-z0-9.\-]*", name):
+                raise ValueError(f"{key}: not a Kafka client option name")
+            out[name] = str(option).lower() if isinstance(option, bool) else option
+        return out
+
+    @field_validator("password_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"{value!r} must be an environment variable's name, not the password")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaClientConfig:
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl and not self.sasl_mechanism:
+            raise ValueError(f"sasl_mechanism: required with {self.security_protocol}")
+        if sasl and not (self.password_env or self.airflow_connection):
+            raise ValueError(
+                "password_env: required with SASL (or name an Airflow connection in "
+                "source.kafka.airflow_connection)"
+            )
+        if sasl and not (self.username or self.airflow_connection):
+            raise ValueError("username: required with SASL (or the login of an Airflow connection)")
+        if not sasl and (
+            self.sasl_mechanism or self.username or self.password_env or self.airflow_connection
+        ):
+            raise ValueError(
+                f"sasl_mechanism, username, password_env and airflow_connection need a "
+                f"SASL security_protocol (it is {self.security_protocol})"
+            )
+        if self.ssl_ca_file and not self.security_protocol.endswith("SSL"):
+            raise ValueError(f"ssl_ca_file: needs SSL or SASL_SSL (it is {self.security_protocol})")
+        return self
 
 
 class SourceConfig(_Strict):
@@ -83,6 +280,8 @@ class SourceConfig(_Strict):
     # Kafka: the batch recompute indexes a partition's offsets in chunks of this many
     # (tidemark.pruning); a chunk of a few minutes of one partition suits an hourly reconcile.
     index_chunk_offsets: int = Field(default=10_000, ge=1)
+    # Kafka: security (SASL, TLS) and further client options (KafkaClientConfig)
+    kafka: KafkaClientConfig = Field(default_factory=KafkaClientConfig)
 
     @model_validator(mode="after")
     def _kind_needs(self) -> SourceConfig:
@@ -349,9 +548,13 @@ class PipelineConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _window_block(cls, data: Any) -> Any:
+    def _window_block(cls, data: Any, info: ValidationInfo) -> Any:
         """``window`` is a size (``window: 1m``) or a block (``window: {size: 1m,
-        allowed_lateness: 1h}``); the block's keys become ``window`` and ``allowed_lateness``."""
+        allowed_lateness: 1h}``); the block's keys become ``window`` and ``allowed_lateness``.
+        The model's top-level ``allowed_lateness`` is where the block lands, for Python callers;
+        a file writes it in the block."""
+        if _from_file(info) and isinstance(data, dict) and "allowed_lateness" in data:
+            raise ValueError("allowed_lateness: not a top-level key; did you mean window.allowed_lateness?")
         if not isinstance(data, dict) or not isinstance(data.get("window"), dict):
             return data
         block = dict(data["window"])
@@ -416,32 +619,180 @@ def _resolve(path: str, base: Path, field: str = "path") -> str:
     return str(candidate if candidate.is_absolute() else (base / candidate).resolve())
 
 
-def _format_error(source: str, exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        # allowed_lateness is written in the window block (PipelineConfig._window_block)
-        loc = "window.allowed_lateness" if loc == "allowed_lateness" else loc
-        msg = err["msg"].removeprefix("Value error, ")
-        if loc == "(top level)" and re.match(r"^[a-z_.]+: ", msg):  # a model check naming its key
-            parts.append(msg)
+# -- where an error is: the file's line and column, the key's right place ------------------------
+
+Mark = tuple[int, int]
+Path_ = tuple[str | int, ...]
+
+
+class Located:
+    """Where each node of a config file starts (line, column; 1-based): ``values[path]`` a value,
+    ``keys[path]`` its key; a path is the keys and list indexes down to the node."""
+
+    def __init__(self) -> None:
+        self.values: dict[Path_, Mark] = {}
+        self.keys: dict[Path_, Mark] = {}
+
+    def at(self, path: Path_, *, key: bool = False) -> Mark | None:
+        """The mark of ``path`` (its key's with ``key``), else of the nearest enclosing node."""
+        if key and path in self.keys:
+            return self.keys[path]
+        for n in range(len(path), -1, -1):
+            if path[:n] in self.values:
+                return self.values[path[:n]]
+        return None
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_submodel, get_args(annotation)) if m is not None), None)
+
+
+def _places(model: type[BaseModel] = PipelineConfig, prefix: str = "") -> list[tuple[str, str]]:
+    """Every key a file may write, with its dotted place: ``("precision", "watermark.precision")``."""
+    out: list[tuple[str, str]] = []
+    for name, field in model.model_fields.items():
+        if model is PipelineConfig and name == "allowed_lateness":  # written in the window block
+            out += [("allowed_lateness", "window.allowed_lateness"), ("size", "window.size")]
             continue
-        if err["type"] == "extra_forbidden":
-            parts.append(f"{loc}: unknown key")
-        elif err["type"] == "missing":
-            parts.append(f"{loc}: required key is missing")
-        else:
-            parts.append(f"{loc}: {msg.removeprefix(loc + ': ')}")
-    return f"config {source}: " + "; ".join(parts)
+        out.append((name, f"{prefix}{name}"))
+        sub = _submodel(field.annotation)
+        if sub is not None:
+            out += _places(sub, f"{prefix}{name}.")
+    return out
 
 
-def parse_config(data: Any, source: str = "<config>", base: Path | None = None) -> PipelineConfig:
+def _fields_at(path: Path_) -> list[str]:
+    model: type[BaseModel] | None = PipelineConfig
+    for key in path:
+        field = model.model_fields.get(str(key)) if model else None
+        model = _submodel(field.annotation) if field else None
+    if model is None:
+        return []
+    return [
+        name for name in model.model_fields if not (model is PipelineConfig and name == "allowed_lateness")
+    ]
+
+
+def _unknown_key(path: Path_) -> str:
+    """``x.y: unknown key``, saying where the key belongs when it is another block's."""
+    dotted = ".".join(map(str, path))
+    parent, key = path[:-1], str(path[-1])
+    elsewhere = [place for name, place in _places() if name == key and place != dotted]
+    if elsewhere:
+        where = f"not a key of {'.'.join(map(str, parent))}" if parent else "not a top-level key"
+        return f"{dotted}: {where}; did you mean {' or '.join(elsewhere)}?"
+    close = difflib.get_close_matches(key, _fields_at(parent), n=1)
+    return f"{dotted}: unknown key" + (f"; did you mean {close[0]}?" if close else "")
+
+
+def _file_path(loc: Path_, data: Any) -> Path_:
+    """A model location as the file writes it: the window block's keys are flattened into the
+    model's ``window`` and ``allowed_lateness`` (PipelineConfig._window_block)."""
+    block = isinstance(data, dict) and isinstance(data.get("window"), dict)
+    if loc[:1] == ("window",) and block:
+        return ("window", "size", *loc[1:])
+    if loc[:1] == ("allowed_lateness",) and (
+        block or not (isinstance(data, dict) and "allowed_lateness" in data)
+    ):
+        return ("window", "allowed_lateness", *loc[1:])
+    return loc
+
+
+def _absent(path: Path_, data: Any) -> bool:
+    """Is ``path`` a key its mapping (present in ``data``) lacks?"""
+    node = data
+    for key in path[:-1]:
+        if not _holds(node, key):
+            return False
+        node = node[key]
+    return isinstance(node, dict) and path[-1] not in node
+
+
+def _union_of(err: Any, held: Path_, data: Any) -> bool:
+    path = _file_path(tuple(err["loc"]), data)
+    return len(path) == len(held) + 1 and path[: len(held)] == held
+
+
+def _holds(node: Any, key: str | int) -> bool:
+    return (isinstance(node, dict) and key in node) or (
+        isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node)
+    )
+
+
+def _held(path: Path_, data: Any) -> Path_:
+    """The longest start of ``path`` that ``data`` holds (a union's member names are not keys)."""
+    node = data
+    for n, key in enumerate(path):
+        if not _holds(node, key):
+            return path[:n]
+        node = node[key]
+    return path
+
+
+def _explain(err: Any, data: Any, located: Located | None) -> tuple[str, Mark | None]:
+    """One validation error as ``dotted.key: what is wrong`` and where it is in the file."""
+    path = _file_path(tuple(err["loc"]), data)
+    dotted = ".".join(map(str, path))
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    at = located.at if located else (lambda _path, key=False: None)
+    if err["type"] == "extra_forbidden":
+        return _unknown_key(path), at(path, key=True)
+    if err["type"] == "missing":
+        return f"{dotted}: required key is missing", at(path[:-1])
+    named = re.match(r"^([A-Za-z_][\w.]*): ", msg)
+    if named and not path:  # a model check naming its key
+        return msg, at(tuple(named.group(1).split(".")), key=True)
+    text = f"{dotted}: {msg.removeprefix(dotted + ': ')}" if path else msg
+    if (
+        named and located and (*path, *named.group(1).split(".")) in located.keys
+    ):  # a block's check naming a key
+        return text, at((*path, *named.group(1).split(".")), key=True)
+    return text, at(path)
+
+
+def _one_line(source: str, found: list[tuple[str, Mark | None]]) -> str:
+    """``config f.yaml:7:9: a: ...; 9:3: b: ...`` (with a file), ``config <config>: a: ...; b: ...``."""
+    parts = [(f"{m[0]}:{m[1]}: " if m else "") + text for text, m in found]
+    head = parts[0]
+    if found[0][1]:
+        return f"config {source}:{head}" + "".join(f"; {p}" for p in parts[1:])
+    return f"config {source}: {head}" + "".join(f"; {p}" for p in parts[1:])
+
+
+def _format_error(source: str, exc: ValidationError, data: Any = None, located: Located | None = None) -> str:
+    found: list[tuple[str, Mark | None]] = []
+    errors = exc.errors()
+    for err in errors:
+        path = _file_path(tuple(err["loc"]), data)
+        if path and err["type"] not in ("missing", "extra_forbidden"):
+            if _absent(path, data):
+                continue  # not in the mapping: copied from a value that is (log_retention), told there
+            held = _held(path, data)
+            members = [
+                str(_file_path(tuple(e["loc"]), data)[len(held)]) for e in errors if _union_of(e, held, data)
+            ]
+            if held != path and members:  # one value failing every member of a union: one error
+                err = {**err, "loc": held, "msg": f"must be one of: {', '.join(members)}", "type": "union"}
+                path = held
+        if (explained := _explain(err, data, located)) not in found:
+            found.append(explained)
+    return _one_line(source, found or [_explain(exc.errors()[0], data, located)])
+
+
+def parse_config(
+    data: Any, source: str = "<config>", base: Path | None = None, *, located: Located | None = None
+) -> PipelineConfig:
+    """A config from a mapping. From Python (``located`` None) a duration may be an int of
+    milliseconds; :func:`load_config` passes where each node of the file is, and then the file
+    rules hold (validation context ``{"from_file": True}``) and errors name line and column."""
     if not isinstance(data, dict):
         raise ConfigError(f"config {source}: expected a mapping of keys, got {type(data).__name__}")
     try:
-        config = PipelineConfig.model_validate(data)
+        config = PipelineConfig.model_validate(data, context={FROM_FILE: located is not None})
     except ValidationError as exc:
-        raise ConfigError(_format_error(source, exc)) from None
+        raise ConfigError(_format_error(source, exc, data, located)) from None
     base = base or Path(os.environ.get("TIDEMARK_HOME", os.getcwd()))
     try:
         updates: dict[str, Any] = {
@@ -453,18 +804,171 @@ def parse_config(data: Any, source: str = "<config>", base: Path | None = None) 
                 update={"path": _resolve(config.source.path, base, "source.path")}
             )
     except ValueError as exc:
-        raise ConfigError(f"config {source}: {exc}") from None
+        field = str(exc).split(":", 1)[0]
+        mark = located.at(tuple(field.split("."))) if located else None
+        raise ConfigError(_one_line(source, [(str(exc), mark)])) from None
     resolved = config.model_copy(update=updates)
     storage.register(resolved)
     return resolved
 
 
+# -- reading a file: marks, duplicate keys, ${VAR} ---------------------------------------------
+
+_ENV_TOKEN = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
+_ENV_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_EMPTY = "the file is empty (a pipeline config is a mapping: pipeline, source, warehouse, checkpoint, ...)"
+
+
+def _interpolate(text: str, fail: Any) -> str:
+    """``${VAR}``, ``${VAR:-default}`` (unset or empty: the default), ``$${`` a literal ``${``."""
+
+    def value(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token == "$${":
+            return "${"
+        ref = _ENV_REF.fullmatch(match.group(1)) if match.group(1) is not None else None
+        if ref is None:
+            raise fail(f"{token!r} is not ${{VAR}} or ${{VAR:-default}} (write $${{ for a literal ${{)")
+        name, default = ref.groups()
+        found = os.environ.get(name)
+        if found is None or (found == "" and default is not None):
+            if default is None:
+                raise fail(f"environment variable {name} is not set (give a default: ${{{name}:-value}})")
+            return str(default)
+        return found
+
+    return _ENV_TOKEN.sub(value, text)
+
+
+def _mark(mark: Any) -> Mark:
+    return (mark.line + 1, mark.column + 1)
+
+
+def _walk(source: str, node: yaml.Node, path: Path_, located: Located, seen: set[int]) -> None:
+    """Record where each node starts, refuse a key given twice, substitute ``${VAR}`` in strings."""
+    if id(node) in seen:  # an alias: its anchor's node, done
+        return
+    seen.add(id(node))
+    located.values[path] = _mark(node.start_mark)
+
+    def fail(problem: str, at: Any = node.start_mark, where: Path_ = path) -> ConfigError:
+        line, column = _mark(at)
+        return ConfigError(f"config {source}:{line}:{column}: {'.'.join(map(str, where))}: {problem}")
+
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = key_node.value
+            if key in first:
+                raise fail(f"given twice (first on line {first[key]})", key_node.start_mark, (*path, key))
+            first[key] = key_node.start_mark.line + 1
+            located.keys[(*path, key)] = _mark(key_node.start_mark)
+            _walk(source, value_node, (*path, key), located, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _walk(source, item, (*path, index), located, seen)
+    elif node.tag == _STR_TAG and "${" in node.value:
+        node.value = _interpolate(node.value, fail)
+
+
+def _read(source: str, text: str) -> tuple[Any, Located]:
+    """The file's mapping and where each node is; ConfigError (one line, with line and column)
+    for what is not a config."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            raise ConfigError(f"config {source}: {_EMPTY}")
+        located = Located()
+        _walk(source, root, (), located, set())
+        data = loader.construct_document(root)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ConfigError(f"config {source}{where}: not valid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {source}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        kind = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true/false"}
+        line, column = located.values[()]
+        raise ConfigError(
+            f"config {source}:{line}:{column}: expected a mapping of keys (pipeline: ..., source: ...), "
+            f"got {kind.get(type(data), type(data).__name__)}"
+        )
+    return data, located
+
+
 def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
+    """The pipeline config in a YAML file (see the module's docstring for what it may say)."""
     file = Path(path)
+    if file.is_dir():
+        raise ConfigError(f"config {file}: is a directory, not a config file")
     if not file.is_file():
         raise ConfigError(f"config {file}: file not found")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config {file}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return parse_config(data, source=str(file))
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {file}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"config {file}: cannot be read ({exc.strerror})") from None
+    if not text.strip():
+        raise ConfigError(f"config {file}: {_EMPTY}")
+    data, located = _read(str(file), text)
+    return parse_config(data, source=str(file), located=located)
+
+
+# -- JSON Schema ---------------------------------------------------------------------------------
+
+
+def _readable_defaults(node: Any) -> None:
+    """Durations' and instants' defaults as a file writes them (``1m``, not ``60000``)."""
+    if isinstance(node, dict):
+        text = str(node.get("description", ""))
+        default = node.get("default")
+        if isinstance(default, int) and not isinstance(default, bool):
+            if text.startswith("A duration"):
+                node["default"] = format_duration_ms(default)
+            elif text.startswith("An instant"):
+                node["default"] = format_instant_ms(default)
+        for value in node.values():
+            _readable_defaults(value)
+    elif isinstance(node, list):
+        for value in node:
+            _readable_defaults(value)
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema (2020-12) of a pipeline config file, from the models: durations are
+    strings in the accepted forms, the window is a size or a block, no unknown key anywhere.
+    Committed as ``docs/pipeline.schema.json``; ``tidemark schema`` prints it."""
+    schema = PipelineConfig.model_json_schema()
+    _readable_defaults(schema)
+    props = schema["properties"]
+    lateness = props.pop("allowed_lateness")
+    size = props.pop("window")
+    default = size.pop("default")
+    block = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"size": {**size, "default": default}, "allowed_lateness": lateness},
+    }
+    props["window"] = {
+        "description": "The tumbling window: its size (a duration), or a block of size and allowed_lateness.",
+        "default": default,
+        "anyOf": [size, block],
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **schema,
+        "title": "Tidemark pipeline config",
+        "description": (
+            "One YAML file per pipeline (tidemark.config). String values may use ${VAR} and "
+            "${VAR:-default} (environment variables); $${ is a literal ${."
+        ),
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from decimal import Decimal
 
 MS_PER_SECOND = 1_000
 MS_PER_MINUTE = 60 * MS_PER_SECOND
@@ -22,21 +23,72 @@ _UNITS = {
     "h": MS_PER_HOUR,
     "d": MS_PER_DAY,
 }
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+# Spark's interval words (``1 minute``, ``10 seconds``, ``interval 7 days``), singular or plural
+_WORDS = {
+    "millisecond": 1,
+    "second": MS_PER_SECOND,
+    "minute": MS_PER_MINUTE,
+    "hour": MS_PER_HOUR,
+    "day": MS_PER_DAY,
+    "week": 7 * MS_PER_DAY,
+}
+_NUMBER = r"\d+(?:\.\d+)?"
+_SHORT = re.compile(rf"^({_NUMBER})\s*(ms|s|m|h|d)$")
+_WORD_PART = re.compile(rf"({_NUMBER})\s*({'|'.join(_WORDS)})s?(?![a-z])", re.IGNORECASE)
+_SPARK = re.compile(rf"^(?:interval\s+)?(?:{_WORD_PART.pattern}\s*)+$", re.IGNORECASE)
+_ISO = re.compile(
+    rf"^P(?:(?P<W>{_NUMBER})W)?(?:(?P<D>{_NUMBER})D)?"
+    rf"(?:T(?=\d)(?:(?P<H>{_NUMBER})H)?(?:(?P<M>{_NUMBER})M)?(?:(?P<S>{_NUMBER})S)?)?$",
+    re.IGNORECASE,
+)
+_ISO_MS = {"W": 7 * MS_PER_DAY, "D": MS_PER_DAY, "H": MS_PER_HOUR, "M": MS_PER_MINUTE, "S": MS_PER_SECOND}
+_ISO_CALENDAR = re.compile(r"^P[^T]*[YM]", re.IGNORECASE)
+_BARE = re.compile(rf"^-?{_NUMBER}$")
+DURATION_FORMS = (
+    "a number with a unit: 500ms, 10s, 1m, 24h, 7d; Spark's form: '500 milliseconds', "
+    "'10 seconds', '1 minute', '2 hours', '1 day' (singular or plural, several parts as in "
+    "'1 hour 30 minutes'); or ISO-8601: PT10S, PT1M, PT1H30M, P1D (whole milliseconds)"
+)
+
+
+def bare_number_message(value: object) -> str:
+    """The error for a duration written without a unit: ``90 is a bare number; ...``."""
+    n = str(value).strip()
+    return f"{n} is a bare number; write it with a unit: {n}ms, {n}s, {n}m, '{n} seconds' or PT{n}S"
+
+
+def _exact_ms(text: str, parts: list[tuple[str, int]]) -> int:
+    total = sum((Decimal(number) * unit for number, unit in parts), Decimal(0))
+    if total != total.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number of milliseconds")
+    return int(total)
 
 
 def parse_duration_ms(text: str | int) -> int:
-    """Parse ``"500ms" | "10s" | "1m" | "24h" | "7d"`` (or a bare int of ms) to milliseconds."""
+    """Parse a duration to milliseconds: ``"500ms" | "10s" | "1m" | "24h" | "7d"``, Spark's
+    ``"10 seconds" | "1 minute" | "interval 2 hours"``, ISO-8601 ``"PT1M" | "PT0.5S" | "P1D"``,
+    or (Python callers) an int of ms. A number in text without a unit (``"90"``) is refused: 90
+    what? Config files refuse a bare int too (:mod:`tidemark.config`)."""
     if isinstance(text, bool):
         raise ValueError(f"not a duration: {text!r}")
     if isinstance(text, int):
         if text < 0:
             raise ValueError(f"duration must not be negative: {text}")
         return text
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ValueError(f"not a duration: {text!r} (use a whole number with ms, s, m, h or d, e.g. '1m')")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    value = str(text).strip()
+    if isinstance(text, float) or (_BARE.match(value) and value != "0"):
+        raise ValueError(bare_number_message(value))
+    if value == "0":
+        return 0
+    if match := _SHORT.match(value):
+        return _exact_ms(value, [(match.group(1), _UNITS[match.group(2)])])
+    if _SPARK.match(value):
+        return _exact_ms(value, [(n, _WORDS[w.lower()]) for n, w in _WORD_PART.findall(value)])
+    if (match := _ISO.match(value)) and value.upper() != "P":
+        return _exact_ms(value, [(n, _ISO_MS[k]) for k, n in match.groupdict().items() if n is not None])
+    if _ISO_CALENDAR.match(value):
+        raise ValueError(f"{value!r}: months and years have no fixed length; write days (P30D)")
+    raise ValueError(f"not a duration: {text!r} (write 1m, '1 minute' or PT1M; units ms, s, m, h, d)")
 
 
 def format_duration_ms(ms: int) -> str:

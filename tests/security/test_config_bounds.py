@@ -3,6 +3,7 @@ float setting that is NaN or infinite, a duration beyond its sane maximum."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ def _error(tmp_path: Path, text: str) -> str:
         load_config(path)
     message = str(caught.value)
     assert "\n" not in message, message
-    assert message.startswith(f"config {path}: "), message
-    return message.removeprefix(f"config {path}: ")
+    where = re.match(rf"config {re.escape(str(path))}:\d+:\d+: ", message)  # file:line:column
+    assert where, message
+    return message.removeprefix(where.group(0))
 
 
 @pytest.mark.parametrize(

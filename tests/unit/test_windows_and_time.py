@@ -63,8 +63,8 @@ def test_parse_duration(text, ms):
 
 
 def test_parse_duration_error_names_the_value():
-    with pytest.raises(ValueError, match=r"not a duration: '5 minutes'"):
-        parse_duration_ms("5 minutes")
+    with pytest.raises(ValueError, match=r"not a duration: '5 minuets'"):
+        parse_duration_ms("5 minuets")
 
 
 def test_instant_round_trip_and_formats():
