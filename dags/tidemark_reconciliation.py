@@ -3,9 +3,10 @@
 
 Proves, window by window, that the stream agrees with a batch recompute of the raw data.
 
-1. **wait_for_watermark**: deferrable; waits in the triggerer until the pipeline's precise
-   watermark has passed the hour's end plus `airflow.reconcile_grace`, so every window of the hour
-   is closed. A stalled watermark keeps it waiting (the watermark monitor alerts about stalls).
+1. **wait_for_watermark**: waits until the pipeline's precise watermark has passed the hour's
+   end plus `airflow.reconcile_grace`, so every window of the hour is closed: in the triggerer
+   when Airflow's `[operators] default_deferrable` is true, else in reschedule mode (no worker
+   slot held between pokes). A stalled watermark keeps it waiting (the watermark monitor alerts about stalls).
 2. **recompute_and_diff**: Spark job (the Spark provider, connection `airflow.spark_conn_id`)
    that recomputes the hour's windows from the raw source with the stream's own code and writes
    the per-window comparison to the `reconciliation` table (idempotent: re-runs replace the hour).
@@ -61,6 +62,7 @@ for pipeline in configured_pipelines():
             "start": Param(
                 None,
                 type=["null", "string"],
+                format="date-time",  # the trigger form's date-time picker
                 title="Range start (ISO-8601, UTC)",
                 description="Leave start and end empty to reconcile the last complete hour before "
                 "this run (triggered at 11:20: 10:00 to 11:00). Or give both, e.g. 2025-11-22T10:00:00Z.",
@@ -68,6 +70,7 @@ for pipeline in configured_pipelines():
             "end": Param(
                 None,
                 type=["null", "string"],
+                format="date-time",
                 title="Range end (ISO-8601, UTC, exclusive)",
                 description="e.g. 2025-11-22T11:00:00Z; empty with start empty.",
             ),

@@ -82,6 +82,8 @@ class Platform:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            # deferrable sensors wait in the triggerer (which the launcher runs), not in a worker slot
+            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": self.users,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",

@@ -173,10 +173,23 @@ class MaintenanceSubmitOperator(TidemarkSparkSubmitOperator):
     """Maintain the pipeline's Delta tables (Spark job ``maintain_job``: ``tidemark maintain``).
 
     Safe beside the running stream (``tidemark.maintenance``); its log has one line per table
-    (files, bytes, versions, log files before and after, time)."""
+    (files, bytes, versions, log files before and after, time). A pipeline that has not run yet
+    has nothing to maintain: the task is skipped with that line, before any Spark job is submitted
+    (``tidemark maintain`` would exit 7 for it)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(job="maintain_job", **kwargs)
+
+    def execute(self, context: Context) -> None:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from tidemark.status import NotRunError, check_has_run
+
+        try:
+            check_has_run(load_pipeline(self.config_path).config)
+        except NotRunError as exc:
+            raise AirflowSkipException(str(exc)) from None
+        super().execute(context)
 
 
 class StreamLauncherOperator(BaseOperator):

@@ -1,8 +1,10 @@
 """Which pipelines Airflow runs: one YAML config per pipeline in ``$TIDEMARK_PIPELINES_DIR``.
 
 Read at DAG-parse time, so it only lists files and validates YAML (milliseconds, no Spark, no
-network). A config that does not validate raises with its one-line message, which Airflow shows
-as the DAG file's import error.
+network). A config that does not validate (or names a pipeline an earlier file in name order
+already names) is left out: the other pipelines' DAGs still load, and the DAG file
+``tidemark_pipeline_configs.py`` fails with one import error naming each bad file and its
+one-line message (:func:`config_errors`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidemark.config import PipelineConfig, load_config
+from tidemark.config import ConfigError, PipelineConfig, load_config
 
 PIPELINES_DIR_ENV = "TIDEMARK_PIPELINES_DIR"
 
@@ -33,20 +35,51 @@ def pipelines_dir() -> Path:
     return Path(os.environ.get(PIPELINES_DIR_ENV) or "pipelines")
 
 
-def configured_pipelines() -> list[Pipeline]:
+def read_pipelines() -> tuple[list[Pipeline], dict[str, str]]:
+    """The pipelines whose configs load, and {config file: one-line reason} for those that do not."""
     folder = pipelines_dir()
     if not folder.is_dir():
-        return []
+        return [], {}
     found: dict[str, Pipeline] = {}
+    errors: dict[str, str] = {}
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
-        config = load_config(path)
-        if config.pipeline in found:
-            raise ValueError(
-                f"pipeline {config.pipeline!r} is configured twice: "
-                f"{found[config.pipeline].config_path} and {path}"
+        try:
+            config = load_config(path)
+        except Exception as exc:  # ConfigError's one line; anything else with its type
+            errors[str(path.resolve())] = (
+                str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
             )
+            continue
+        if config.pipeline in found:
+            errors[str(path.resolve())] = (
+                f"pipeline {config.pipeline!r} is configured twice: "
+                f"{found[config.pipeline].config_path} and {path.resolve()} (this one is left out)"
+            )
+            continue
         found[config.pipeline] = Pipeline(str(path.resolve()), config)
-    return list(found.values())
+    return list(found.values()), errors
+
+
+def configured_pipelines() -> list[Pipeline]:
+    """The pipelines whose configs load (a bad config leaves out its own pipeline only)."""
+    return read_pipelines()[0]
+
+
+class PipelineConfigError(Exception):
+    """Pipeline configs that do not load: one line per file."""
+
+
+def config_errors() -> PipelineConfigError | None:
+    """The error ``tidemark_pipeline_configs.py`` raises, naming each bad config file with its
+    reason; None when every config loads."""
+    errors = read_pipelines()[1]
+    if not errors:
+        return None
+    lines = [reason if path in reason else f"{path}: {reason}" for path, reason in errors.items()]
+    return PipelineConfigError(
+        f"{len(errors)} pipeline config(s) in {pipelines_dir()} do not load; their pipelines have no "
+        "DAGs (the other pipelines' DAGs load):\n" + "\n".join(lines)
+    )
 
 
 def load_pipeline(config_path: str) -> Pipeline:

@@ -1,4 +1,5 @@
-"""Sensors: wait until the precise watermark has passed a time (deferrable by default)."""
+"""Sensors: wait until the precise watermark has passed a time (deferrable as Airflow's
+``[operators] default_deferrable`` says, unless told)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
+from airflow.sdk.configuration import conf
 
 from tidemark_airflow.context import interval_ms
 from tidemark_airflow.triggers import WatermarkTrigger, committed_watermark
@@ -15,7 +17,9 @@ class WatermarkSensor(BaseSensorOperator):
     """Succeeds once the pipeline's committed watermark >= the run's interval end + ``grace_ms``.
 
     The interval is the run's data interval, or the ``start``/``end`` params of a manual run.
-    Deferrable (the default): the wait happens in the triggerer, not in a worker slot. A watermark
+    Deferrable when ``deferrable=True``, or when not given and Airflow's ``[operators]
+    default_deferrable`` is true (as for Airflow's own operators): the wait then happens in the
+    triggerer, not in a worker slot; otherwise it pokes in ``reschedule`` mode. A watermark
     that STALLS keeps the sensor waiting: the hour is not reconciled before its windows closed;
     the watermark monitor DAG is the one that alerts about the stall.
     """
@@ -29,7 +33,7 @@ class WatermarkSensor(BaseSensorOperator):
         config_path: str,
         grace_ms: int = 0,
         poll_interval: float = 30.0,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("timeout", timedelta(days=1).total_seconds())
@@ -38,7 +42,11 @@ class WatermarkSensor(BaseSensorOperator):
         self.config_path = config_path
         self.grace_ms = grace_ms
         self.poll_interval = poll_interval
-        self.deferrable = deferrable
+        self.deferrable = (
+            conf.getboolean("operators", "default_deferrable", fallback=False)
+            if deferrable is None
+            else deferrable
+        )
 
     def target_ms(self, context) -> int:
         return interval_ms(context)[1] + self.grace_ms

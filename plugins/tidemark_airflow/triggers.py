@@ -23,6 +23,14 @@ def committed_watermark(config_path: str) -> tuple[int | None, str]:
     return status.watermark_ms, status.state
 
 
+def _one_line(exc: Exception) -> str:
+    """A set-up problem (an unreadable object store: tidemark.storage.StorageError) as the line the
+    CLI prints; anything else with its type."""
+    from tidemark.resources import SetupError
+
+    return str(exc) if isinstance(exc, SetupError) else f"{type(exc).__name__}: {exc}"
+
+
 class WatermarkTrigger(BaseTrigger):
     """Fires once the pipeline's precise watermark is at or past ``target_ms``."""
 
@@ -47,7 +55,7 @@ class WatermarkTrigger(BaseTrigger):
             try:
                 watermark, state = await asyncio.to_thread(committed_watermark, self.config_path)
             except Exception as exc:  # unreadable tables: report, let the sensor fail with the reason
-                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                yield TriggerEvent({"status": "error", "message": _one_line(exc)})
                 return
             if watermark is not None and watermark >= self.target_ms:
                 yield TriggerEvent({"status": "passed", "watermark_ms": watermark, "state": state})

@@ -2,8 +2,9 @@
 
 Sub-commands: ``generate`` (write a synthetic scenario), ``stream`` (the exactly-once streaming
 job), ``reconcile`` (batch recompute-and-diff), ``maintain`` (compaction, VACUUM, log cleanup),
-``demo`` (the first three, bounded, on the embedded default). Errors in input or config end the
-command with one line on stderr and exit code 2.
+``demo`` (the first three, bounded, on the embedded default). Errors in input or config, and
+object storage that cannot be read, end the command with one line on stderr and exit code 2; a
+pipeline that has not run yet, with one line and exit code 7 (EXIT_NOT_RUN), before any JVM.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tidemark import schemas as S
+from tidemark import storage
 from tidemark.config import ConfigError, PipelineConfig, load_config
 from tidemark.sparkenv import session_for
 from tidemark.timeutil import format_instant_ms, parse_instant_ms
@@ -24,6 +26,8 @@ EXIT_USAGE = 2
 EXIT_MISALIGNED = 3
 # `stream`: another writer holds the pipeline's lease, or took it over (tidemark.lease)
 EXIT_LEASE = 6
+# watermark/report/validate/maintain/reconcile: the pipeline has no tables yet (tidemark.status)
+EXIT_NOT_RUN = 7
 
 
 def _echo(message: str) -> None:
@@ -163,9 +167,13 @@ def cmd_generate(args) -> int:
         out = args.out
     elif args.config:
         cfg = load_config(args.config)
+        if cfg.source.kind == "kafka":  # publish to the config's broker and topic
+            args.kafka, args.topic = cfg.source.bootstrap_servers, cfg.source.topic
+            return _generate_kafka(args)
         if cfg.source.kind != "files":
             raise ConfigError(
-                f"config {args.config}: generate writes files; source.kind is {cfg.source.kind}"
+                f"config {args.config}: generate writes files or publishes to Kafka; source.kind is "
+                f"{cfg.source.kind} (a delta source reads another pipeline's events)"
             )
         out = cfg.source.path
     else:
@@ -183,7 +191,9 @@ def cmd_generate(args) -> int:
     if args.history < 0:
         raise ConfigError(f"generate: --history must be >= 0 minutes, got {args.history}")
     progress = _echo if args.verbose or args.live else None
-    if args.live:
+    if storage.is_object_store(out):
+        truth = _generate_to_object_store(args, scenario, out, progress)
+    elif args.live:
         truth = generate_live(scenario, out, progress=progress, history_minutes=args.history)
     else:
         truth = generate_files(scenario, out, progress=progress)
@@ -193,6 +203,23 @@ def cmd_generate(args) -> int:
         f"{len(scenario.lagging_hosts())} lagging hosts ({time.monotonic() - started:.1f}s)"
     )
     return 0
+
+
+def _generate_to_object_store(args, scenario, uri: str, progress):
+    """Object storage: the files are written locally, then uploaded in name order (an object's
+    arrival is its upload time, so arrival order is name order); the bucket is made if missing."""
+    import tempfile
+
+    from tidemark.generator import generate_files
+
+    if args.live:
+        raise ConfigError(f"generate: --live writes a local directory; {uri} is on object storage")
+    with tempfile.TemporaryDirectory(prefix="tidemark-generate-") as local:
+        truth = generate_files(scenario, local, progress=progress)
+        storage.ensure_bucket(uri)
+        uploaded = storage.upload_tree(local, uri)
+    _echo(f"uploaded {uploaded} files to {uri}")
+    return truth
 
 
 def _generate_kafka(args) -> int:
@@ -267,10 +294,19 @@ def _default_range(spark, config: PipelineConfig) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+def _check_has_run(config: PipelineConfig) -> None:
+    """Every command that reads a pipeline's tables answers a pipeline that never ran the same way:
+    one line, exit EXIT_NOT_RUN, nothing written, no JVM (tidemark.status.check_has_run)."""
+    from tidemark.status import check_has_run
+
+    check_has_run(config)
+
+
 def cmd_reconcile(args) -> int:
     from tidemark.reconcile import reconcile
 
     config = load_config(args.config)
+    _check_has_run(config)  # before a JVM starts
     spark = session_for(config, "reconcile")
     if args.start is None or args.end is None:
         start, end = _default_range(spark, config)
@@ -306,6 +342,7 @@ def cmd_maintain(args) -> int:
     from tidemark.maintenance import maintain, plan
 
     config = load_config(args.config)
+    _check_has_run(config)
     if args.dry_run:
         for table, kind in plan(config):
             _echo(f"[{config.pipeline}] {table}: {kind}")
@@ -338,6 +375,7 @@ def cmd_watermark(args) -> int:
     from tidemark.status import read_status
 
     config = load_config(args.config)
+    _check_has_run(config)
     status = read_status(config)
     if args.json:
         _echo(json.dumps(status.to_dict(args.limit), indent=2))
@@ -367,6 +405,7 @@ def cmd_validate(args) -> int:
     from tidemark.quality import validate_pipeline
 
     config = load_config(args.config)
+    _check_has_run(config)  # before a JVM starts or the GX context is made
     spark = session_for(config, "validate") if args.spark else None
     outcome = validate_pipeline(
         config,
@@ -397,6 +436,7 @@ def cmd_report(args) -> int:
     config = load_config(args.config)
     if (args.spark or args.outcome) and not args.validate:
         raise ConfigError("report: --spark and --outcome need --validate")
+    _check_has_run(config)
     outcome, docs = None, data_docs_index(config, args.quality_dir)
     if args.validate:
         spark = session_for(config, "quality") if args.spark else None
@@ -434,11 +474,27 @@ def cmd_demo(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject's ``version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidemark")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark",
         description="Exactly-once streaming with a precise watermark, reconciled against batch.",
+        epilog=f"Exit codes: 0 done; {EXIT_USAGE} an error in input, config or storage (one line on "
+        f"stderr); {EXIT_MISALIGNED} reconcile --fail-below; {EXIT_STALLED} watermark --fail-on-stall; "
+        f"{EXIT_QUALITY} a failing expectation; {EXIT_LEASE} another stream holds the lease; "
+        f"{EXIT_NOT_RUN} the pipeline has not run yet (no tables under its warehouse): watermark, "
+        "report, validate, maintain and reconcile say so in one line, write nothing and start no JVM.",
     )
+    parser.add_argument("--version", action="version", version=f"tidemark {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in (
         _add_generate_command,
@@ -450,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_report_command,
         _add_demo_command,
         _add_jvm_archive_command,
+        _add_schema_command,
     ):
         add_command(sub)
     return parser
@@ -464,7 +521,7 @@ def _add_generate_command(sub) -> None:
         description="Write newline-delimited JSON logs from many hosts, with lagging hosts, "
         "publisher-retry duplicates and malformed lines. Deterministic for a --seed.",
     )
-    target = gen.add_argument_group("where")
+    target = gen.add_argument_group("output and pacing")
     target.add_argument("--out", help="landing directory to write (default: the config's source.path)")
     target.add_argument("--config", help="pipeline YAML whose source.path is the landing directory")
     target.add_argument(
@@ -569,6 +626,21 @@ def _add_maintain_command(sub) -> None:
         "--dry-run", action="store_true", help="list the tables and what each would get; start no JVM"
     )
     mt.set_defaults(func=cmd_maintain)
+
+
+def _add_schema_command(sub) -> None:
+    def cmd_schema(args) -> int:
+        from tidemark.config import config_json_schema
+
+        _echo(json.dumps(config_json_schema(), indent=2))
+        return 0
+
+    sc = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a pipeline config file (docs/pipeline.schema.json)",
+        description="Print the JSON Schema (2020-12) of a pipeline config file, for editors and CI.",
+    )
+    sc.set_defaults(func=cmd_schema)
 
 
 def _add_jvm_archive_command(sub) -> None:
@@ -677,8 +749,8 @@ def _add_demo_command(sub) -> None:
     demo = sub.add_parser(
         "demo",
         help="bounded end-to-end run: generate, stream in micro-batches, reconcile, report",
-        description="Generate a scenario (10,000 hosts, 20 min, 0.05%% lagging 5 min, 1%% "
-        "duplicates, 0.01%% malformed), stream it in several micro-batches, reconcile every "
+        description="Generate a scenario (10,000 hosts, 20 min, 0.05% lagging 5 min, 1% "
+        "duplicates, 0.01% malformed), stream it in several micro-batches, reconcile every "
         "closed window and print the alignment table, the watermark progress and the tables.",
     )
     demo.add_argument(
@@ -724,6 +796,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # one line for known set-up problems; tracebacks for the rest
         from tidemark.identity import IdentityError
         from tidemark.lease import LeaseError
+        from tidemark.status import NotRunError
+
+        if isinstance(exc, NotRunError):
+            print(f"tidemark: {exc}", file=sys.stderr)
+            return EXIT_NOT_RUN
 
         if isinstance(exc, LeaseError):
             print(f"tidemark: error: {exc}", file=sys.stderr)

@@ -99,6 +99,22 @@ class PipelineStatus:
         return "\n".join(lines)
 
 
+class NotRunError(Exception):
+    """The pipeline has no tables yet: its stream has not committed a batch."""
+
+
+# the tables a pipeline's first committed batch creates; any of them means it has run
+RUN_TABLES = (S.WATERMARKS, S.WINDOWS, S.EVENTS)
+
+
+def check_has_run(config: PipelineConfig) -> None:
+    """Raise :class:`NotRunError` ("pipeline X has not run yet: no tables under <location>") when
+    none of the pipeline's tables exists. Reads the Delta logs only: no JVM, writes nothing; an
+    unreadable object store raises :class:`tidemark.storage.StorageError` (one line)."""
+    if not any(T.table_exists(config.table_path(table)) for table in RUN_TABLES):
+        raise NotRunError(f"pipeline {config.pipeline} has not run yet: no tables under {config.tables_root}")
+
+
 def _lag(s: WatermarkStatus) -> int | None:
     if s.frontier_ms is None or s.watermark_ms is None:
         return None

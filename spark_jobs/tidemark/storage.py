@@ -30,6 +30,7 @@ import fnmatch
 import functools
 import json
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -167,6 +168,56 @@ def _env_connection(conn_id: str) -> dict[str, Any]:
 
 def endpoint(storage: Settings, creds: dict[str, str]) -> str | None:
     return storage.endpoint or creds.get("endpoint") or None
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+
+class StorageError(SetupError):
+    """An object-storage location could not be read: one line naming the location and the cause
+    (delta-rs says it in a multi-line chain with terminal colours)."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NO_CREDENTIALS = (
+    "no credentials found",
+    "credential provider was not enabled",
+    "access key not in",
+    "error occurred while loading credentials",
+)
+
+
+def storage_error(uri: str, exc: BaseException) -> StorageError:
+    """``exc`` (an object store client's error reading ``uri``) as one line: the location and the
+    cause (no credentials, a refused connection, else the innermost cause of the chain)."""
+    text = _ANSI.sub("", str(exc))
+    lower = text.lower()
+    if any(marker in lower for marker in _NO_CREDENTIALS):
+        cause = (
+            "no S3 credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+            "or storage.airflow_connection)"
+        )
+    elif "connection refused" in lower or "could not connect to server" in lower:
+        url = endpoint(storage_for(uri), {})
+        cause = f"connection refused by {url} (storage.endpoint)" if url else "connection refused"
+    elif "; Details: " in text:  # pyarrow's S3 client: the last detail is the cause
+        cause = text.rsplit("; Details: ", 1)[1].strip()
+    else:
+        lines = [line.strip().lstrip("\u21b3").strip() for line in text.splitlines() if line.strip()]
+        cause = lines[-1] if lines else type(exc).__name__
+    return StorageError(f"cannot read {uri}: {cause}")
+
+
+@contextlib.contextmanager
+def reading(uri: str) -> Iterator[None]:
+    """Turn an object store's error while reading ``uri`` into a one-line :class:`StorageError`
+    (a local path's errors pass unchanged)."""
+    try:
+        yield
+    except OSError as exc:
+        if not is_object_store(uri) or isinstance(exc, FileNotFoundError):
+            raise
+        raise storage_error(uri, exc) from None
 
 
 # -- per-client options ---------------------------------------------------------------------------
@@ -367,7 +418,8 @@ class ObjectPath:
         import pyarrow.fs as pafs
 
         fs, path = self._fs()
-        info = fs.get_file_info(path)
+        with reading(self.uri):
+            info = fs.get_file_info(path)
         return {pafs.FileType.File: 1, pafs.FileType.Directory: 2}.get(info.type, 0)
 
     def is_file(self) -> bool:
@@ -389,7 +441,7 @@ class ObjectPath:
         except OSError as exc:
             if "not found" in str(exc).lower() or "NoSuchKey" in str(exc):
                 raise FileNotFoundError(self.uri) from None
-            raise
+            raise storage_error(self.uri, exc) from None
 
     def read_text(self, encoding: str = "utf-8") -> str:
         return self.read_bytes().decode(encoding)
@@ -410,7 +462,8 @@ class ObjectPath:
         import pyarrow.fs as pafs
 
         fs, path = self._fs()
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        with reading(self.uri):
+            infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         for info in sorted(infos, key=lambda i: i.path):
             yield self / info.base_name
 

@@ -268,7 +268,8 @@ def open_table(path: str, version: int | None = None) -> DeltaTable:
     (:func:`tidemark.storage.delta_options`: none on a local disk)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
+    with storage.reading(path):
+        return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
 
 
 def open_if_exists(path: str) -> DeltaTable | None:
@@ -284,7 +285,8 @@ def open_if_exists(path: str) -> DeltaTable | None:
 def table_exists(path: str) -> bool:
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path))
+    with storage.reading(path):
+        return DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path))
 
 
 def read_if_exists(

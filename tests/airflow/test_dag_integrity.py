@@ -145,12 +145,21 @@ def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipeli
     assert result["dags"]["tidemark_maintenance__orders"]["pools"] == {"maintain": "spark_orders"}
 
 
-def test_a_bad_pipeline_config_is_a_one_line_import_error_naming_the_key(pipelines_dir):
+def test_a_bad_pipeline_config_is_one_import_error_naming_the_key_and_the_others_load(pipelines_dir):
     write_pipeline(pipelines_dir, "clicks", watermark={"precison": 0.999})
-    errors = parse_dags()["errors"]
-    assert len(errors) == 4  # each DAG file reports it
-    for message in errors.values():
-        assert "clicks.yaml" in message and "watermark.precison: unknown key" in message
+    write_pipeline(pipelines_dir, "orders")
+    result = parse_dags()
+    # one import error, of the file that reports bad configs; the last line names file and key
+    [(path, message)] = result["errors"].items()
+    assert path.endswith("tidemark_pipeline_configs.py")
+    assert "clicks.yaml" in message and "watermark.precison: unknown key" in message
+    # every DAG of the good pipeline still loads
+    assert sorted(result["dags"]) == [
+        "tidemark_maintenance__orders",
+        "tidemark_reconciliation__orders",
+        "tidemark_stream_supervisor__orders",
+        "tidemark_watermark_monitor__orders",
+    ]
 
 
 def test_no_pipelines_configured_means_no_dags_and_no_errors(pipelines_dir):

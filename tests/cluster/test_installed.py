@@ -193,6 +193,7 @@ def test_the_wheel_runs_the_demo_a_cluster_reconcile_and_the_dag_outside_the_che
         shutil.copy(dag_file, dags)
     assert sorted(p.name for p in dags.iterdir()) == [
         "tidemark_maintenance.py",
+        "tidemark_pipeline_configs.py",
         "tidemark_reconciliation.py",
         "tidemark_stream_supervisor.py",
         "tidemark_watermark_monitor.py",

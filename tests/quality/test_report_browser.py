@@ -279,9 +279,12 @@ def test_report_shades_a_recorded_stall_and_flags_the_misaligned_window(
 
 
 def test_report_without_reconciliation_is_a_one_line_error(tmp_path, capsys):
+    import pyarrow as pa
+    from deltalake import write_deltalake
     from helpers import write_config
 
-    write_config(tmp_path, name="empty")
+    config = write_config(tmp_path, name="empty")
+    write_deltalake(config.table_path("events"), pa.table({"a": [1]}))  # it has run (no reconcile yet)
     assert main(["report", "--config", str(tmp_path / "empty.yaml"), "--out", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("tidemark: error: report: no reconciliation table at ") and "\n" not in err
