@@ -102,6 +102,16 @@ class Engine:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        self.unmount()
+
+    def unmount(self) -> None:
+        """Detach what the engine left mounted under its root (its network namespace file stays a
+        bind mount after dockerd exits), deepest first, so the directory can be removed."""
+        root = str(self.root.resolve())
+        with open("/proc/self/mountinfo", encoding="utf-8") as info:
+            points = [line.split()[4] for line in info]
+        for point in sorted((p for p in points if p == root or p.startswith(root + "/")), reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 def build_context(image: str, dest: Path) -> Path:
