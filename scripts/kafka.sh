@@ -7,6 +7,9 @@
 # TIDEMARK_KAFKA_DIR   data, config, log and pid (default: var/kafka)
 # TIDEMARK_KAFKA_PORT  client port on 127.0.0.1 (default 19092)
 # TIDEMARK_KAFKA_CONTROLLER_PORT  the KRaft controller's port (default: the client port + 1)
+# TIDEMARK_KAFKA_EXTRA_PROPERTIES a file of broker settings appended to server.properties (a key
+#                      given again there wins), e.g. a SASL_SSL listener beside the PLAINTEXT one
+#                      (tests/kafka_secure.py); the PLAINTEXT listener stays for start's check
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${TIDEMARK_KAFKA_DIR:-var/kafka}
@@ -45,6 +48,10 @@ group.initial.rebalance.delay.ms=0
 # Keep records: the batch recompute re-reads topics by offset range.
 log.retention.ms=-1
 PROPS
+  if [ -n "${TIDEMARK_KAFKA_EXTRA_PROPERTIES:-}" ]; then
+    [ -f "$TIDEMARK_KAFKA_EXTRA_PROPERTIES" ] || die "TIDEMARK_KAFKA_EXTRA_PROPERTIES: $TIDEMARK_KAFKA_EXTRA_PROPERTIES not found"
+    { echo "# from $TIDEMARK_KAFKA_EXTRA_PROPERTIES"; cat "$TIDEMARK_KAFKA_EXTRA_PROPERTIES"; } >> "$DIR/server.properties"
+  fi
   if [ ! -f "$DIR/data/meta.properties" ]; then
     id=$("$JAVA" -cp "$LIBS/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
     "$JAVA" -cp "$LIBS/*" kafka.tools.StorageTool format -t "$id" -c "$DIR/server.properties" >/dev/null

@@ -114,10 +114,14 @@ mkdir -p .cache/jars .venv/share/tidemark
 ln -sfn "$PWD/.cache/jars" .venv/share/tidemark/jars
 # The record parser's JVM fast path (spark_jobs/jvm), compiled against the installed pyspark.
 scripts/build_udf.sh .venv/bin/python .cache/jars
-if ! .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; cached_jars()' 2>/dev/null; then
+# every jar scripts/jars/pom.xml lists, at its version (a cache of an older list is fetched again
+# and the versions it superseded are removed: scripts/jars/check.py)
+if ! .venv/bin/python scripts/jars/check.py scripts/jars/pom.xml .cache/jars >/dev/null \
+  || ! .venv/bin/python -c 'from tidemark.sparkenv import cached_jars; cached_jars()' 2>/dev/null; then
   say "fetching JVM jars into .cache/jars"
   mvn_fetch scripts/jars/pom.xml "$PWD/.cache/jars"
 fi
+.venv/bin/python scripts/jars/check.py scripts/jars/pom.xml .cache/jars --prune | sed 's/^/setup: /'
 if ! ls .cache/kafka/libs/kafka_2.13-*.jar >/dev/null 2>&1; then
   say "fetching the Kafka broker (KRaft) into .cache/kafka/libs"
   mvn_fetch scripts/kafka/pom.xml "$PWD/.cache/kafka/libs" -DincludeScope=runtime

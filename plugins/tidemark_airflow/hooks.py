@@ -81,7 +81,8 @@ def submit_arguments(
     the Python that runs Airflow, and the ``spark-submit`` found first is the one beside it
     (pyspark's), whatever PATH the worker has. Given ``env_vars`` win. With the pipeline's
     ``config``, a pipeline on object storage also gets the S3 jars and ``fs.s3a`` settings
-    (:mod:`tidemark.storage`) and its storage connection travels in the environment.
+    (:mod:`tidemark.storage`) and its storage connection travels in the environment, as does the
+    Kafka connection of a secured Kafka source (:func:`kafka_connection_env`).
     """
     from tidemark import storage
     from tidemark.sparkenv import cached_jars, driver_class_path, jvm_conf
@@ -95,6 +96,7 @@ def submit_arguments(
         if not k.endswith(storage.S3A_SECRET_KEYS)
     }
     s3_env = storage_connection_env(config) if config is not None else {}
+    kafka_env = kafka_connection_env(config) if config is not None else {}
 
     python = sys.executable
     bin_dir = str(Path(python).parent)
@@ -108,6 +110,7 @@ def submit_arguments(
         "conf": {**jvm_conf(), **driver_class_path(all_jars), **s3_conf, **(conf or {})},
         "env_vars": {
             **s3_env,
+            **kafka_env,
             "PYSPARK_PYTHON": python,
             "PYSPARK_DRIVER_PYTHON": python,
             "PATH": path if path.startswith(bin_dir + os.pathsep) else f"{bin_dir}{os.pathsep}{path}",
@@ -120,6 +123,18 @@ def storage_connection_env(config: PipelineConfig) -> dict[str, str]:
     """``AIRFLOW_CONN_<ID>`` of the pipeline's storage connection, for a process Airflow starts
     outside the task (spark-submit, the detached stream): the credentials stay out of argv."""
     conn_id = config.storage.airflow_connection
+    if not conn_id:
+        return {}
+    from airflow.sdk import Connection
+
+    return {f"AIRFLOW_CONN_{conn_id.upper()}": Connection.get(conn_id).as_json()}
+
+
+def kafka_connection_env(config: PipelineConfig) -> dict[str, str]:
+    """``AIRFLOW_CONN_<ID>`` of the pipeline's Kafka connection (``source.kafka.airflow_connection``:
+    login, password), resolved here in the task and handed to the job in its environment, never in
+    argv (:func:`tidemark.kafka.kafka_access` reads it there)."""
+    conn_id = config.source.kafka.airflow_connection if config.source.kind == "kafka" else None
     if not conn_id:
         return {}
     from airflow.sdk import Connection

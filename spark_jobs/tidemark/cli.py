@@ -167,9 +167,11 @@ def cmd_generate(args) -> int:
         out = args.out
     elif args.config:
         cfg = load_config(args.config)
-        if cfg.source.kind == "kafka":  # publish to the config's broker and topic
-            args.kafka, args.topic = cfg.source.bootstrap_servers, cfg.source.topic
-            return _generate_kafka(args)
+        if cfg.source.kind == "kafka":  # publish to the config's broker and topic, as configured
+            from tidemark.kafka import kafka_access
+
+            args.topic = cfg.source.topic
+            return _generate_kafka(args, kafka_access(cfg))
         if cfg.source.kind != "files":
             raise ConfigError(
                 f"config {args.config}: generate writes files or publishes to Kafka; source.kind is "
@@ -222,7 +224,9 @@ def _generate_to_object_store(args, scenario, uri: str, progress):
     return truth
 
 
-def _generate_kafka(args) -> int:
+def _generate_kafka(args, access=None) -> int:
+    """Publish to ``--kafka``/``--topic``, or to a config's cluster (``access``: its security
+    settings and secrets, as the stream reads them)."""
     from tidemark.kafka import publish_scenario
 
     if not args.topic:
@@ -231,15 +235,17 @@ def _generate_kafka(args) -> int:
         raise ConfigError("generate: --history needs --live")
     if args.history < 0:
         raise ConfigError(f"generate: --history must be >= 0 minutes, got {args.history}")
+    target = access if access is not None else args.kafka
+    where = access.describe() if access is not None else args.kafka
     scenario = _scenario_from(args)
     started = time.monotonic()
     _echo(
-        f"publishing {'live' if args.live else 'bounded'} scenario to {args.kafka} topic "
-        f"{args.topic} (keyed by host)"
+        f"publishing {'live' if args.live else 'bounded'} scenario to {where} "
+        f"topic {args.topic} (keyed by host)"
     )
     truth = publish_scenario(
         scenario,
-        args.kafka,
+        target,
         args.topic,
         live=args.live,
         progress=_echo if args.verbose or args.live else None,

@@ -22,6 +22,8 @@ from tidemark.timeutil import format_instant_ms
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from tidemark.kafka import KafkaAccess
+
 
 # Hadoop options of the landing files' stream: local directories are listed in name order
 # (spark_jobs/jvm/tidemark/fs, in tidemark-udf.jar). Spark's file source orders new files by
@@ -119,21 +121,44 @@ def source_lines(
             lines = lines.join(F.broadcast(done), "source", "left_anti")
         return lines
     if src.kind == "kafka":
-        from tidemark.kafka import read_topic
+        from tidemark.kafka import check_access, kafka_access, read_topic
 
         assert src.bootstrap_servers is not None and src.topic is not None
+        # the password is read now; a secured cluster that refuses it fails here, in one line
+        access = kafka_access(config)
+        if access.secured:
+            check_access(access)
         starting: str = src.starting_offsets
         if resume is not None and resume.kafka_offsets is not None:
-            starting = resume.kafka_starting_offsets(src.bootstrap_servers, src.topic)
+            starting = _kafka_resume_offsets(access, src.topic, resume)
         return read_topic(
             spark,
-            src.bootstrap_servers,
+            access,
             src.topic,
             streaming,
             starting,
             src.max_offsets_per_trigger,
         )
     raise ConfigError(f"source.kind {src.kind} has no line reader")
+
+
+def _kafka_resume_offsets(access: KafkaAccess, topic: str, resume: ResumePoint) -> str:
+    """``startingOffsets`` JSON after a checkpoint reset: the recorded end of every partition;
+    earliest for one no committed batch has seen (Spark wants every partition named). As
+    :meth:`ResumePoint.kafka_starting_offsets`, through the pipeline's Kafka access."""
+    import json
+
+    from confluent_kafka.admin import AdminClient
+
+    from tidemark.checkpoint import EARLIEST
+    from tidemark.identity import IdentityError
+
+    recorded = (resume.kafka_offsets or {}).get(topic, {})
+    meta = AdminClient(access.client_conf()).list_topics(topic, timeout=30)
+    partitions = sorted(meta.topics[topic].partitions) if topic in meta.topics else []
+    if not partitions:
+        raise IdentityError(f"reset: Kafka topic {topic} at {access.bootstrap} has no partitions")
+    return json.dumps({topic: {str(p): int(recorded.get(str(p), EARLIEST)) for p in partitions}})
 
 
 def parsed_source(
@@ -265,13 +290,13 @@ def _kafka_range(
 ) -> RangeInput:
     """The offsets of the topic that can hold ``[start, end)`` (:func:`pruning.select_offsets`),
     indexing first the chunks the landing index does not describe yet."""
-    from tidemark.kafka import partition_offsets, read_offset_ranges
+    from tidemark.kafka import kafka_access, partition_offsets, read_offset_ranges
 
     src, rules = config.source, config.validation
     assert src.bootstrap_servers is not None and src.topic is not None
-    bootstrap, topic, size = src.bootstrap_servers, src.topic, src.index_chunk_offsets
+    access, topic, size = kafka_access(config), src.topic, src.index_chunk_offsets
     earliest = pruning.earliest_arrival_ms(start_ms, rules.max_clock_skew)
-    topic_id, partitions = partition_offsets(bootstrap, topic, earliest, end_ms + rules.max_clock_skew)
+    topic_id, partitions = partition_offsets(access, topic, earliest, end_ms + rules.max_clock_skew)
     if lost := pruning.past_retention(partitions):
         raise SourceRangeError(
             f"kafka: topic {topic} partition(s) {', '.join(map(str, lost))} no longer hold what was "
@@ -295,7 +320,7 @@ def _kafka_range(
             pruning.append_spans(config, new)
         spans.update((span.path, span) for span in new)
         selection = replace(select(), indexed=len(new))
-    lines = read_offset_ranges(spark, bootstrap, topic, selection.ranges)
+    lines = read_offset_ranges(spark, access, topic, selection.ranges)
     return RangeInput(parse_lines(lines, rules), selection.describe(), offsets=selection)
 
 
@@ -311,7 +336,7 @@ def index_chunks(
     entry."""
     from pyspark.sql import functions as F
 
-    from tidemark.kafka import read_offset_ranges
+    from tidemark.kafka import kafka_access, read_offset_ranges
 
     src, rules = config.source, config.validation
     assert src.bootstrap_servers is not None and src.topic is not None
@@ -320,7 +345,7 @@ def index_chunks(
     for partition, chunk in sorted(chunks):
         pruning.add_range(ranges.setdefault(partition, []), chunk * size, (chunk + 1) * size)
     lines = read_offset_ranges(
-        spark, src.bootstrap_servers, src.topic, {p: tuple(r) for p, r in ranges.items()}
+        spark, kafka_access(config), src.topic, {p: tuple(r) for p, r in ranges.items()}
     )
     position = (
         F.regexp_extract("source", r"/(\d+)@(\d+)$", 1),
