@@ -14,6 +14,11 @@ liveness, and links to each reconciled hour's report, the latest report and the 
 page refreshes its dashboard every 15 s (``?refresh=SECONDS``) by fetching ``fragment``: no page
 reload, so scroll position and the browser history stay.
 
+**How it is drawn.** Both pages are autoescaped Jinja2 templates of the ``tidemark`` package
+(``view.html.j2``, ``view_fragment.html.j2``, their blocks in ``_view_parts.html.j2``; the charts
+from ``dashboard.svg.j2``), as the reconciliation report is: no HTML is assembled here, and a
+pipeline, host or error text is text on the page, never markup.
+
 Routes: ``/`` (the page, embedded in the Airflow UI as an external view), ``/fragment`` (the
 dashboard's HTML), ``/api/pipelines`` (JSON of the same), ``/reports/{pipeline}/{path}`` (the
 published reports and the whole Data Docs site, so the links inside them resolve).
@@ -21,8 +26,6 @@ published reports and the whole Data Docs site, so the links inside them resolve
 
 from __future__ import annotations
 
-import html
-import json
 import logging
 import mimetypes
 from pathlib import Path
@@ -121,6 +124,7 @@ def pipeline_summary(pipeline: Pipeline, root: str = "") -> tuple[dict[str, Any]
     they came from (None when its tables could not be read)."""
     from tidemark import liveness
     from tidemark.dashboard import load_dashboard
+    from tidemark.resources import SetupError
     from tidemark.timeutil import format_instant_ms
 
     config = pipeline.config
@@ -129,11 +133,14 @@ def pipeline_summary(pipeline: Pipeline, root: str = "") -> tuple[dict[str, Any]
     try:
         dashboard = load_dashboard(config)
     except Exception as exc:  # one broken pipeline must not hide the others
-        summary["error"] = f"{type(exc).__name__}: {exc}"
+        summary["error"] = str(exc) if isinstance(exc, SetupError) else f"{type(exc).__name__}: {exc}"
     status = dashboard.status if dashboard is not None else None
     summary["status"] = status.to_dict(limit=config.alerts.max_hosts_listed) if status is not None else None
-    job = liveness.assess(config, hang_after_ms=config.airflow.hang_after)
-    summary["job"] = {"state": job.state, "reason": job.reason}
+    try:
+        job = liveness.assess(config, hang_after_ms=config.airflow.hang_after)
+        summary["job"] = {"state": job.state, "reason": job.reason}
+    except SetupError as exc:  # an unreadable object store: the CLI's one line
+        summary["job"] = {"state": "UNKNOWN", "reason": str(exc)}
     summary["target"] = config.reconcile.target
     if dashboard is not None:
         summary["lag_histogram"] = [
@@ -181,144 +188,56 @@ def report(pipeline: str, path: str, user: GetUserDep) -> FileResponse:
     raise HTTPException(status_code=404, detail=f"no page {path!r} for pipeline {pipeline!r}")
 
 
-_STATE_COLOURS = {"ADVANCING": "#1a7f37", "STALLED": "#cf222e", "WAITING": "#9a6700", "RUNNING": "#1a7f37"}
+# The view's pages are autoescaped Jinja2 templates (tidemark/templates: view.html.j2, the page;
+# view_fragment.html.j2, the dashboard it refreshes; _view_parts.html.j2, their blocks): a
+# pipeline, host or error text lands on the page as text, never as markup. No HTML is assembled
+# here: the charts come as Markup from their own templates and are placed by the page's.
+PAGE_TEMPLATE = "view.html.j2"
+FRAGMENT_TEMPLATE = "view_fragment.html.j2"
 
 
-def _e(value: Any) -> str:
-    return html.escape("-" if value is None else str(value))
+def dashboard_context(items: list[tuple[dict[str, Any], Any]]) -> list[dict[str, Any]]:
+    """What the templates draw per pipeline: its summary and its charts (None when its tables
+    could not be read)."""
+    from tidemark.dashboard import alignment_plot, lag_histogram_plot, watermark_plot
 
-
-def _facts(s: dict[str, Any]) -> str:
-    from tidemark.timeutil import humanize_ms
-
-    st = s.get("status") or {}
-    state = st.get("state", "UNKNOWN")
-    lag = st.get("event_time_lag_ms")
-    job = s["job"]
-    since = st.get("since_advance_ms")
-    return (
-        '<table class="facts">'
-        f'<tr><th>watermark</th><td class="watermark">{_e(st.get("watermark"))}</td></tr>'
-        f'<tr><th>state</th><td class="state" style="color:{_STATE_COLOURS.get(state, "#57606a")}">'
-        f"<b>{_e(state)}</b>"
-        + (f" since {_e(st.get('stalled_since'))}" if st.get("stalled_since") else "")
-        + "</td></tr>"
-        f"<tr><th>lag</th><td>{_e(humanize_ms(lag) if lag is not None else None)} behind the median host</td></tr>"
-        f"<tr><th>last advanced</th><td>{_e(humanize_ms(since) + ' ago' if since is not None else None)}</td></tr>"
-        f"<tr><th>last batch</th><td>{_e(st.get('last_batch_id'))} committed {_e(st.get('last_commit'))}</td></tr>"
-        f"<tr><th>hosts</th><td>{_e(st.get('hosts_total'))} expected, {_e(st.get('hosts_reporting'))} reporting, "
-        f"{_e(st.get('hosts_lagging'))} lagging (allowed {_e(st.get('allowed_lagging'))})</td></tr>"
-        f'<tr><th>streaming job</th><td class="job" style="color:{_STATE_COLOURS.get(job["state"], "#57606a")}">'
-        f"{_e(job['state'])}: {_e(job['reason'])}</td></tr>"
-        "</table>"
-    )
-
-
-def _lagging(s: dict[str, Any]) -> str:
-    from tidemark.timeutil import humanize_ms
-
-    st = s.get("status") or {}
-    lagging = st.get("lagging_hosts") or []
-    if not lagging:
-        return '<p class="lagging-none">No host lags beyond the threshold.</p>'
-    rows = "".join(
-        f'<tr><td class="host">{_e(h["host"])}</td><td>'
-        f"{_e(humanize_ms(h['lag_ms']) if h.get('lag_ms') is not None else 'never reported')}</td></tr>"
-        for h in lagging
-    )
-    return (
-        f"<h3>Lagging hosts ({len(lagging)} of {_e(st.get('hosts_lagging'))}, worst first)</h3>"
-        f'<table class="lagging"><tr><th>host</th><th>behind the median host</th></tr>{rows}</table>'
-    )
-
-
-def _links(s: dict[str, Any]) -> str:
-    reports = s["reports"]
-    names = {
-        "reconciliation": "latest report",
-        "data-docs": "Data Docs",
-        "quality-history": "validation history",
-    }
-    pages = " · ".join(
-        f'<a class="report" data-label="{_e(label)}" href="{_e(href)}" target="_blank">{_e(names.get(label, label))}</a>'
-        for label, href in reports["pages"].items()
-    )
-    hours = "".join(
-        f'<li><a class="hour-report" data-start="{_e(h["start"])}" data-end="{_e(h["end"])}" '
-        f'href="{_e(h["href"])}" target="_blank">{_e(h["start"][:16].replace("T", " "))} – '
-        f"{_e(h['end'][11:16])} UTC</a></li>"
-        for h in reports["hours"]
-    )
-    return f'<p class="reports">Reports: {pages or "none yet"}</p>' + (
-        f'<details class="hours" open><summary>Reconciled hours</summary><ul>{hours}</ul></details>'
-        if hours
-        else ""
-    )
+    return [
+        {
+            "summary": s,
+            "charts": None
+            if d is None
+            else {
+                "watermark": watermark_plot(d),
+                "lag": lag_histogram_plot(d),
+                "alignment": alignment_plot(d),
+            },
+        }
+        for s, d in items
+    ]
 
 
 def render_fragment(items: list[tuple[dict[str, Any], Any]]) -> str:
     """The dashboard's HTML (the part the page refreshes)."""
-    from tidemark.dashboard import alignment_plot, lag_histogram_plot, watermark_plot
+    from tidemark.charts import environment
 
-    parts = []
-    for s, d in items:
-        parts.append(
-            f'<section class="pipeline" data-pipeline="{_e(s["pipeline"])}"><h2>{_e(s["pipeline"])}</h2>'
-            + (f'<p class="error">{_e(s["error"])}</p>' if s.get("error") else "")
-            + '<div class="row">'
-            + _facts(s)
-            + _links(s)
-            + "</div>"
-        )
-        if d is not None:
-            # The charts are Markup (rendered by Jinja2); joined as str, since Markup + str would
-            # escape the str (the row's markup once showed on the page as text).
-            parts.append(
-                str(watermark_plot(d))
-                + '<div class="row">'
-                + str(lag_histogram_plot(d))
-                + f'<div class="lagging-list">{_lagging(s)}</div>'
-                + "</div>"
-                + str(alignment_plot(d))
-            )
-        parts.append("</section>")
-    return "".join(parts) or "<p>No pipelines you may read are configured (TIDEMARK_PIPELINES_DIR).</p>"
+    return environment().get_template(FRAGMENT_TEMPLATE).render(pipelines=dashboard_context(items))
 
 
-PAGE_CSS = (
-    "body{font:14px/1.45 system-ui,sans-serif;margin:1.5rem;color:#1f2328}"
-    "h2{margin:.2rem 0 .6rem}section{margin-bottom:2.5rem;border-bottom:2px solid #d0d7de}"
-    "table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{padding:.25rem .7rem;"
-    "border-bottom:1px solid #d0d7de;text-align:left}th{color:#57606a;font-weight:600}"
-    ".row{display:flex;flex-wrap:wrap;gap:1.5rem;align-items:flex-start}.error{color:#cf222e}"
-    "figure.chart{margin:12px 0;border:1px solid #e2e8f0;border-radius:6px;padding:8px}"
-    "figcaption{font-weight:600;margin:0 0 4px}.legend{font-weight:400;color:#4a5568;margin-left:12px;"
-    "font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}"
-    ".target-key{color:#c53030}svg{max-width:100%;height:auto}svg .grid{stroke:#edf2f7}"
-    "svg .axis{stroke:#718096}svg .tick{font-size:11px;fill:#4a5568}svg .label{font-size:12px;fill:#2d3748}"
-    "svg .series{fill:none;stroke:#2b6cb0;stroke-width:1.5}"
-    "svg .target{stroke:#c53030;stroke-dasharray:6 4;stroke-width:1.5}"
-    ".hours ul{columns:2;margin:.3rem 0;padding-left:1.2rem}#updated{color:#57606a;font-size:12px}"
-)
+def render_page(
+    items: list[tuple[dict[str, Any], Any]], root: str, refresh_seconds: int, refreshed_at: str
+) -> str:
+    """The whole page: the dashboard and the script that refreshes it from ``root/fragment``."""
+    from tidemark.charts import environment
 
-
-def render_page(fragment: str, root: str, refresh_seconds: int, refreshed_at: str) -> str:
-    script = (
-        "<script>(function(){"
-        f"const url={json.dumps(root + '/fragment')};const every={refresh_seconds * 1000};"
-        "async function refresh(){try{const r=await fetch(url,{credentials:'same-origin',cache:'no-store'});"
-        "if(!r.ok){document.getElementById('updated').textContent='refresh failed: HTTP '+r.status;return;}"
-        "const html=await r.text();document.getElementById('dashboard').innerHTML=html;"
-        "const at=new Date().toISOString();document.body.dataset.refreshedAt=at;"
-        "document.getElementById('updated').textContent='updated '+at;"
-        "}catch(e){document.getElementById('updated').textContent='refresh failed: '+e;}}"
-        "setInterval(refresh,every);})();</script>"
-    )
     return (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Tidemark</title>"
-        f"<style>{PAGE_CSS}</style></head><body data-refreshed-at='{_e(refreshed_at)}'>"
-        f"<h1>Tidemark</h1><p id='updated'>updated {_e(refreshed_at)} · refreshes every {refresh_seconds} s</p>"
-        f"<main id='dashboard'>{fragment}</main>{script}</body></html>"
+        environment()
+        .get_template(PAGE_TEMPLATE)
+        .render(
+            pipelines=dashboard_context(items),
+            fragment_url=f"{root}/fragment",
+            refresh_seconds=refresh_seconds,
+            refreshed_at=refreshed_at,
+        )
     )
 
 
@@ -337,6 +256,4 @@ def index(request: Request, user: GetUserDep, refresh: int = REFRESH_SECONDS) ->
     from tidemark.timeutil import format_instant_ms, now_ms
 
     root = request.scope.get("root_path", "")
-    return render_page(
-        render_fragment(_items(request, user)), root, max(2, refresh), format_instant_ms(now_ms())
-    )
+    return render_page(_items(request, user), root, max(2, refresh), format_instant_ms(now_ms()))

@@ -16,6 +16,7 @@ same call works from the checkout and from an installed wheel.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,6 @@ STREAM_COLOR, BATCH_COLOR, LATE_COLOR = "#2b6cb0", "#a0aec0", "#dd6b20"
 OK_COLOR, BAD_COLOR, TARGET_COLOR, STALL_COLOR = "#2f855a", "#c53030", "#c53030", "#fed7d7"
 
 
-@functools.cache
 @functools.cache
 def environment() -> Environment:
     """The Jinja2 environment of Tidemark's pages and charts: templates from the package, every one
@@ -60,14 +60,16 @@ def macros(template: str) -> Any:
     return environment().get_template(template).module
 
 
-def nice_ticks(lo: float, hi: float, n: int = 5, min_step: float = 0) -> list[float]:
+def nice_ticks(
+    lo: float, hi: float, n: int = 5, min_step: float = 0, mantissas: tuple[float, ...] = (1, 2, 2.5, 5)
+) -> list[float]:
     """About ``n`` round tick values covering ``[lo, hi]`` (steps of 1, 2, 2.5 or 5 times a power
-    of ten, and at least ``min_step``: 1 for an axis of counts)."""
+    of ten, or the given ``mantissas``, and at least ``min_step``: 1 for an axis of counts)."""
     if hi <= lo:
         hi = lo + 1
     raw = max((hi - lo) / n, 1e-12)
     mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    step = next(m * mag for m in (*mantissas, 10) if m * mag >= raw)
     if step < min_step:
         step = float(min_step)
     first = math.ceil(lo / step - 1e-9) * step
@@ -78,28 +80,63 @@ def nice_ticks(lo: float, hi: float, n: int = 5, min_step: float = 0) -> list[fl
     return ticks
 
 
-# round steps for a time axis (ms), smallest first
-TIME_STEPS_MS = [
+def _number(label: str) -> float | None:
+    """The number a value label shows (``1,234``, ``0.9995``, ``20%``), None if it shows none."""
+    text = label.replace(",", "").strip()
+    scale = 1.0
+    if text.endswith("%"):
+        text, scale = text[:-1], 0.01
+    try:
+        return float(text) * scale
+    except ValueError:
+        return None
+
+
+def faithful(values: list[float], labels: list[str]) -> bool:
+    """Whether value-axis labels read as what they mark: distinct, none empty, and each (when it
+    is a number) within a hundredth of a step of its value: ``0.99925`` shown as ``0.9992`` or a
+    count of ``0.75`` shown as ``1`` is not."""
+    if len(set(labels)) < len(labels) or not all(labels):
+        return False
+    step = min((b - a for a, b in itertools.pairwise(values)), default=1.0)
+    for v, label in zip(values, labels, strict=True):
+        shown = _number(label)
+        if shown is not None and abs(shown - v) > abs(step) * 0.01:
+            return False
+    return True
+
+
+# round steps for a time axis (ms), smallest first: milliseconds (a range under a second), seconds,
+# minutes, hours, a day
+TIME_STEPS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500] + [
     s * 1000
     for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 ]
 
 
 def time_ticks(x0: int, x1: int, most: int = 7) -> list[tuple[int, str]]:
-    """At most ``most`` ticks at round instants in ``[x0, x1]`` ms (every 1 s, 2 s, ... 1 min, 5 min,
-    ... 1 h, ... 1 day, the smallest step that fits), each labelled as precisely as its step needs
-    (``HH:MM:SS`` for steps below a minute, ``HH:MM``, or ``MM-DD HH:MM`` over a day or more):
-    distinct labels."""
+    """At most ``most`` ticks (and at least two) at round instants in ``[x0, x1]`` ms (every 1 ms,
+    ... 1 s, 2 s, ... 1 min, 5 min, ... 1 h, ... 1 day, the smallest step that fits), each labelled
+    as precisely as its step needs (``HH:MM:SS.mmm`` below a second, ``HH:MM:SS`` below a minute,
+    ``HH:MM``, or ``MM-DD HH:MM`` over a day or more): distinct labels."""
+    x0, x1 = math.ceil(x0), math.floor(x1)
     span = max(x1 - x0, 1)
-    step = next((s for s in TIME_STEPS_MS if span / s <= most - 1), None)
+    x1 = max(x1, x0 + 1)
+    step = next((s for s in TIME_STEPS_MS if x1 // s + x0 // -s + 1 <= most), None)  # ticks that fit
     if step is None:  # longer than (most - 1) days: whole days
         step = 86_400_000 * math.ceil(span / 86_400_000 / (most - 1))
     first = -(-x0 // step) * step
-    width = 8 if step < 60_000 else 5
     ticks = []
     for t in range(first, x1 + 1, step):
         text = format_instant_ms(t)
-        label = text[11 : 11 + width] if span < 86_400_000 else f"{text[5:10]} {text[11:16]}"
+        if span >= 86_400_000:
+            label = f"{text[5:10]} {text[11:16]}"
+        elif step < 1000:
+            label = text[11:23]
+        elif step < 60_000:
+            label = text[11:19]
+        else:
+            label = text[11:16]
         ticks.append((t, label))
     return ticks
 
@@ -165,12 +202,24 @@ class Plot:
     def sy(self, y: float) -> float:
         return TOP + self.inner_h * (1 - (y - self.y0) / (self.y1 - self.y0))
 
-    def axes(self, x_ticks: list[tuple[float, str]], x_label: str | None = None) -> None:
-        """Set the x ticks (position, label) and label; the y ticks follow from ``[y0, y1]``."""
-        values = nice_ticks(self.y0, self.y1)
-        if len({self.y_fmt(t) for t in values}) < len(values):  # e.g. counts 0-1 in steps of 0.25
-            values = nice_ticks(self.y0, self.y1, min_step=1)
-        self.y_ticks = [Tick(self.sy(t), self.y_fmt(t)) for t in values]
+    def axes(
+        self, x_ticks: list[tuple[float, str]], x_label: str | None = None, y_time: bool = False
+    ) -> None:
+        """Set the x ticks (position, label) and label; the y ticks follow from ``[y0, y1]``: round
+        values whose labels read as what they mark (:func:`faithful`), or with ``y_time`` (a y
+        axis of instants in ms) round instants (:func:`time_ticks`)."""
+        if y_time:
+            self.y_ticks = [
+                Tick(self.sy(t), label) for t, label in time_ticks(math.ceil(self.y0), math.floor(self.y1))
+            ]
+        else:
+            candidates = (
+                nice_ticks(self.y0, self.y1),
+                nice_ticks(self.y0, self.y1, mantissas=(1, 2, 5)),  # 0.99925 needs a digit more
+                nice_ticks(self.y0, self.y1, min_step=1),  # e.g. counts 0-1 in steps of 0.25
+            )
+            values = next((c for c in candidates if faithful(c, [self.y_fmt(t) for t in c])), candidates[-1])
+            self.y_ticks = [Tick(self.sy(t), self.y_fmt(t)) for t in values]
         self.x_ticks = [Tick(x, label) for x, label in x_ticks]
         if x_label is not None:
             self.x_label = x_label

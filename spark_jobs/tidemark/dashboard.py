@@ -215,7 +215,7 @@ def watermark_plot(d: Dashboard) -> Markup:
     )
     sx, ticks = time_axis(x0, x1, plot.inner_w)
     plot.shade_stalls(d.stalls, sx, x0, x1)
-    plot.axes(ticks, "batch processing time (UTC)")
+    plot.axes(ticks, "batch processing time (UTC)", y_time=True)  # round instants, as on x
     # a step line: the watermark holds its value until the next batch moves it
     steps = []
     for prev, cur in pairwise(pts):

@@ -11,21 +11,28 @@ plots against the Delta tables, follow its links to the hour's report and to the
 load every same-origin link inside them, see it refresh without a reload, trigger a manual run.
 A user who may not read the DAGs is refused. Screenshots and the hour's task timings go to
 test-artifacts/airflow/.
+
+What a person sees of the view is checked as such: no markup as text, the histogram beside the
+lagging hosts, readable ticks on every axis, and the page's outline against the approved one
+(baselines/tidemark_view.json, see tests/view_outline.py; ``TIDEMARK_UPDATE_BASELINES=1``
+approves a wanted change).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import pytest
 from helpers import open_hour_report, sign_in
 from receivers import free_port
+from view_outline import check_against_baseline, markup_shown_as_text, outline
 
 from tidemark import schemas as S
 from tidemark import tables as T
@@ -127,7 +134,7 @@ def _hour_runs(platform: Platform, token: str, start_ms: int) -> list[dict]:
 
 
 def _task_instances(platform: Platform, token: str, run_id: str) -> dict[str, dict]:
-    path = f"/api/v2/dags/{RECONCILIATION}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances"
+    path = f"/api/v2/dags/{RECONCILIATION}/dagRuns/{quote(run_id, safe='')}/taskInstances"
     return {ti["task_id"]: ti for ti in _api(platform, token, path)["task_instances"]}
 
 
@@ -153,6 +160,90 @@ def _crawl(page, start: list[str], prefix: str, limit: int = 400) -> list[str]:
             if urlsplit(target)._replace(query="").geturl().startswith(prefix) and target not in seen:
                 queue.append(target)
     return seen
+
+
+# Marks the elements without a box (so the outline leaves them out) and returns the DOM as HTML, in
+# one synchronous call: the page's refresh cannot replace the dashboard in between.
+OUTLINE_DOM = """() => {
+  const hidden = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    if (!el.getClientRects().length) { el.setAttribute("data-outline-hidden", ""); hidden.push(el); }
+  }
+  const html = document.documentElement.outerHTML;
+  for (const el of hidden) el.removeAttribute("data-outline-hidden");
+  return html;
+}"""
+
+
+def _overlap(a: dict, b: dict, axis: str) -> bool:
+    if axis == "x":
+        return a["x"] + a["width"] > b["x"] + 0.5 and b["x"] + b["width"] > a["x"] + 0.5
+    return a["y"] + a["height"] > b["y"] + 0.5 and b["y"] + b["height"] > a["y"] + 0.5
+
+
+def _assert_round_instants(labels: list[str]) -> None:
+    """Time-of-day tick labels (``HH:MM``, ``HH:MM:SS``, ``MM-DD HH:MM``) equally spaced at a
+    step they are whole multiples of."""
+    assert all(re.fullmatch(r"(\d\d-\d\d )?\d\d:\d\d(:\d\d)?", t) for t in labels), labels
+    seconds = []
+    for t in labels:
+        h, m, *sec = (int(v) for v in t.split(" ")[-1].split(":"))
+        seconds.append(h * 3600 + m * 60 + (sec[0] if sec else 0))
+    steps = {(b - a) % 86_400 for a, b in itertools.pairwise(seconds)}
+    assert len(steps) <= 1, f"uneven ticks: {labels}"
+    step = steps.pop() if steps else 1
+    if step == 0:  # whole days apart (MM-DD labels)
+        return
+    round_steps = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200)
+    assert step in round_steps, f"not a round step: {labels}"
+    assert all(s % step == 0 for s in seconds), f"not round instants: {labels}"
+
+
+# The boxes of the histogram, the lagging list and every tick label of a section, read in one
+# synchronous call (the page's refresh replaces the dashboard every few seconds).
+LAYOUT = """section => {
+  const box = el => {
+    const r = el.getBoundingClientRect();
+    return {x: r.x, y: r.y, width: r.width, height: r.height};
+  };
+  return {
+    hist: box(section.querySelector("svg.lag-histogram")),
+    listing: box(section.querySelector(".lagging-list")),
+    svgs: [...section.querySelectorAll("svg")].map(svg => ({
+      name: svg.getAttribute("class"),
+      x: [...svg.querySelectorAll("text.x-tick")].map(t => [t.textContent, box(t)]),
+      y: [...svg.querySelectorAll("text.y-tick")].map(t => [t.textContent, box(t)]),
+    })),
+  };
+}"""
+
+
+def _check_what_a_person_sees(page, section) -> None:
+    """No markup as text; the histogram and the lagging list side by side; on every chart, both
+    axes with at least two distinct, non-empty, non-overlapping tick labels (the watermark plot's
+    two axes round instants); the DOM's outline as approved."""
+    visible = page.inner_text("body")
+    shown = markup_shown_as_text(visible)  # "< 10 s", a histogram bin, is a label
+    assert not shown, f"markup shown as text: {shown[:5]}"
+    layout = section.evaluate(LAYOUT)
+    hist, listing = layout["hist"], layout["listing"]
+    assert listing["x"] >= hist["x"] + hist["width"] - 1, f"not side by side: {hist}, {listing}"
+    assert listing["y"] < hist["y"] + hist["height"], f"not side by side: {hist}, {listing}"
+    assert len(layout["svgs"]) == 3, layout["svgs"]
+    for svg in layout["svgs"]:
+        name = svg["name"]
+        for axis in ("x", "y"):
+            labels = [text for text, _ in svg[axis]]
+            boxes = [b for _, b in svg[axis]]
+            assert len(labels) >= 2, f"{name} {axis}: {labels}"
+            assert all(labels) and len(set(labels)) == len(labels), f"{name} {axis}: {labels}"
+            assert all(b["height"] >= 8 for b in boxes), (name, axis, boxes)  # not shrunk away
+            ordered = sorted(boxes, key=lambda b: b[axis])
+            crowded = [(a, b) for a, b in itertools.pairwise(ordered) if _overlap(a, b, axis)]
+            assert not crowded, f"{name} {axis} tick labels overlap: {labels}"
+            if "watermark-plot" in name:  # instants at a round step: 06:15 06:30, not 06:13:20 06:46:40
+                _assert_round_instants(labels)
+    check_against_baseline(outline(page.evaluate(OUTLINE_DOM)))
 
 
 def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(platform):
@@ -254,20 +345,9 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
             )
             expect(section.locator("td.state")).to_contain_text(re.compile("ADVANCING|WAITING|STALLED"))
             # What a person sees: no markup as text, the histogram and the lagging hosts side by
-            # side, and every axis with distinct tick labels.
-            visible = page.inner_text("body")
-            # a tag or an escaped one as text ("< 10 s", a histogram bin, is a label)
-            shown = [line for line in visible.splitlines() if re.search(r"</?[a-zA-Z]|&lt;|&gt;", line)]
-            assert not shown, f"markup shown as text: {shown[:5]}"
-            hist = section.locator("svg.lag-histogram").bounding_box()
-            listing = section.locator(".lagging-list").bounding_box()
-            assert hist and listing, (hist, listing)
-            assert listing["x"] >= hist["x"] + hist["width"] - 1, f"not side by side: {hist}, {listing}"
-            assert listing["y"] < hist["y"] + hist["height"], f"not side by side: {hist}, {listing}"
-            for svg in section.locator("svg").all():
-                for axis in ("x-tick", "y-tick"):
-                    labels = svg.locator(f"text.{axis}").all_text_contents()  # SVG: no innerText
-                    assert all(labels) and len(set(labels)) == len(labels), f"{axis} labels: {labels}"
+            # side, every axis with distinct tick labels that do not overlap, and the page's
+            # outline as approved (tests/airflow/baselines/tidemark_view.json).
+            _check_what_a_person_sees(page, section)
             page.evaluate("window.__sameDocument = 'yes'")
             marks = section.locator("svg.watermark-plot circle.mark").evaluate_all(
                 "els => els.map(e => [Number(e.dataset.batchId), Number(e.dataset.watermarkMs)])"

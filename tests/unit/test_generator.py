@@ -126,7 +126,9 @@ def test_live_mode_starts_at_now_and_paces_each_file_to_its_arrival_span(tmp_pat
     assert max(waits) <= 2 * 60 + 30 + 5  # the final heartbeats land in the span after the last minute
 
 
-def test_live_mode_with_history_writes_the_past_at_once_dated_at_arrival_then_paces_the_rest(tmp_path, monkeypatch):
+def test_live_mode_with_history_writes_the_past_at_once_dated_at_arrival_then_paces_the_rest(
+    tmp_path, monkeypatch
+):
     import tidemark.generator as generator
     from tidemark.timeutil import now_ms
 
