@@ -55,10 +55,11 @@ from benchlib import (
 )
 
 from tidemark.generator import Scenario, Truth, generate_files
-from tidemark.reconcile import recompute_windows, reconcile
+from tidemark.recompute import recompute_windows
+from tidemark.reconcile import reconcile
 from tidemark.tables import read_local
 from tidemark.timeutil import parse_duration_ms
-from tidemark.watermark import STALLED
+from tidemark.watermark_status import STALLED
 
 TARGET = 0.999
 WINDOW_MS = 60_000

@@ -68,7 +68,8 @@ from benchlib import (
 
 from tidemark.generator import Scenario, iter_buckets, write_file
 from tidemark.kafka import ensure_topic, flush, produce_line, producer
-from tidemark.reconcile import recompute_windows, reconcile
+from tidemark.recompute import recompute_windows
+from tidemark.reconcile import reconcile
 from tidemark.sources import parsed_range
 from tidemark.timeutil import MS_PER_MINUTE, format_instant_ms
 

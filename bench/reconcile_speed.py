@@ -15,7 +15,7 @@ rounds, each timing in turn:
 * ``tidemark reconcile``: :func:`tidemark.reconcile.reconcile` over the scenario's range (parse
   and validate, drop retries, aggregate, three-way diff with the stream's windows and late
   events, write the ``reconciliation`` rows) — what ``tidemark reconcile`` runs;
-* ``tidemark: the recompute alone``: :func:`tidemark.reconcile.recompute_windows` collected, so
+* ``tidemark: the recompute alone``: :func:`tidemark.recompute.recompute_windows` collected, so
   the diff's share is the difference of the two rows;
 * ``datacompy``: the batch recompute (same function) written to a Delta table, then
   ``datacompy.spark.SparkSQLCompare`` of the stream's ``windows`` table against it joined on
@@ -39,7 +39,8 @@ from benchlib import BASELINE_SCHEMA, DEFAULT_WORKDIR, load_line, machine_line, 
 
 from tidemark.config import load_config
 from tidemark.generator import read_manifest
-from tidemark.reconcile import recompute_windows, reconcile
+from tidemark.recompute import recompute_windows
+from tidemark.reconcile import reconcile
 from tidemark.timeutil import parse_instant_ms
 
 

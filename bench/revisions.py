@@ -50,7 +50,7 @@ from tidemark.reconcile import reconcile
 from tidemark.timeutil import format_duration_ms, parse_duration_ms
 
 TARGET = 0.999
-# The batch phases (tidemark.batch.Phases) that fold, write the window rows and the state.
+# The batch phases (tidemark.batch_steps.Phases) that fold, write the window rows and the state.
 WINDOW_PHASES = ("aggregate_windows", "write_windows", "write_state")
 
 

@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 from tidemark.progress import HostProgress
-from tidemark.watermark import evaluate_status, precise_watermark
+from tidemark.watermark import precise_watermark
+from tidemark.watermark_status import evaluate_status
 
 
 def one_update(

@@ -79,7 +79,7 @@ def main() -> None:
     sizes.sort(reverse=True)
     funcs.sort(reverse=True)
     print(f"modules: {len(sizes)}, lines: {sum(s for s, _ in sizes)}")
-    print(f"largest modules: " + ", ".join(f"{r} {s}" for s, r in sizes[: args.top]))
+    print("largest modules: " + ", ".join(f"{r} {s}" for s, r in sizes[: args.top]))
     over = [f for f in funcs if f[0] > 50]
     print(f"functions: {len(funcs)}, over 50 lines: {len(over)}")
     print("longest functions: " + ", ".join(f"{r} {n}" for n, r in funcs[: args.top]))

@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import KafkaBroker
+from brokers import KafkaBroker
 
 SCRAM_USERS = {"tidemark": 'scram-pass-Q3v!9"x\\z', "other": "other-pass-4k2"}
 PLAIN_USERS = {"plainuser": "plain-pass-77"}

@@ -122,7 +122,7 @@ def _bounds(metadata: list[Any]) -> list[str]:
                 shown = format_duration_ms(value) if duration and isinstance(value, int) else value
                 out.append(f"{sign} {shown}")
         if isinstance(getattr(m, "limit", None), str) and isinstance(getattr(m, "most", None), int):
-            out.append(f"≤ {m.limit}")  # config._AtMost
+            out.append(f"≤ {m.limit}")  # config_types.AtMost
             continue
         func = getattr(m, "func", None)
         if func is not None and "_at_most" in getattr(func, "__qualname__", ""):
@@ -220,7 +220,7 @@ def config_reference() -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from the pydantic models in `spark_jobs/tidemark/config.py` each time the site is",
+        "Generated from the pydantic models in `spark_jobs/tidemark/config*.py` each time the site is",
         "built. One YAML file per pipeline, validated at start-up: an unknown key, a wrong type or a",
         "value out of bounds fails with one line naming the file and the key. Relative paths resolve",
         "against `$TIDEMARK_HOME` when set, otherwise against the current directory. Durations are",

@@ -5,16 +5,17 @@ DAG files in ``dags/`` only wire these together; the data work lives in ``spark_
 
 from typing import Any
 
-from tidemark import storage
+from tidemark import connections
 
 
 def _read_connection(conn_id: str) -> dict[str, Any]:
-    """An Airflow connection as login, password and extra, for ``storage.airflow_connection``
-    (:mod:`tidemark.storage`); Airflow is imported when a pipeline on object storage needs it."""
+    """An Airflow connection as login, password and extra, for ``storage.airflow_connection`` and
+    ``source.kafka.airflow_connection`` (:mod:`tidemark.connections`); Airflow is imported when a
+    pipeline needs it."""
     from airflow.sdk import Connection
 
     conn = Connection.get(conn_id)
     return {"login": conn.login, "password": conn.password, "extra": conn.extra_dejson or {}}
 
 
-storage.set_connection_reader(_read_connection)
+connections.set_connection_reader(_read_connection)

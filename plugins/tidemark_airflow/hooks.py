@@ -133,7 +133,7 @@ def storage_connection_env(config: PipelineConfig) -> dict[str, str]:
 def kafka_connection_env(config: PipelineConfig) -> dict[str, str]:
     """``AIRFLOW_CONN_<ID>`` of the pipeline's Kafka connection (``source.kafka.airflow_connection``:
     login, password), resolved here in the task and handed to the job in its environment, never in
-    argv (:func:`tidemark.kafka.kafka_access` reads it there)."""
+    argv (:func:`tidemark.kafka_access.kafka_access` reads it there)."""
     conn_id = config.source.kafka.airflow_connection if config.source.kind == "kafka" else None
     if not conn_id:
         return {}
@@ -173,26 +173,7 @@ class StreamProcessHook(BaseHook):
         env_vars = dict(hook_args.pop("env_vars", None) or {})
         secret = {k: str(v) for k, v in env_vars.items() if k.startswith("AIRFLOW_CONN_")}
         plain = {k: v for k, v in env_vars.items() if k not in secret}
-        spec = self.log_path.with_name(f".{self.config.pipeline}.submit.{os.getpid()}.{now_ms()}.json")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        write_private(
-            spec,
-            json.dumps(
-                {
-                    "application": application,
-                    "hook": hook_args,
-                    "env_vars": plain,
-                    "env_from_runner": sorted(secret),
-                    # the runner rotates its output (the log) by these (_OutputRotator)
-                    "log": {
-                        "path": str(self.log_path),
-                        "max_bytes": STREAM_LOG_MAX_BYTES,
-                        "keep": STREAM_LOG_KEEP,
-                        "check_s": STREAM_LOG_CHECK_S,
-                    },
-                }
-            ),
-        )
+        spec = self._write_spec(application, hook_args, plain, sorted(secret))
         pythonpath = os.pathsep.join(filter(None, [str(PLUGINS_DIR), os.environ.get("PYTHONPATH")]))
         token = liveness.new_token()
         env = {
@@ -229,6 +210,34 @@ class StreamProcessHook(BaseHook):
         self.identity = identity
         self.log.info("started %s as pid %s, log %s", self.config.pipeline, process.pid, self.log_path)
         return process.pid
+
+    def _write_spec(
+        self, application: str, hook_args: dict[str, Any], env_vars: dict[str, Any], from_runner: list[str]
+    ) -> Path:
+        """The runner's spec file (0600, no secret values: it names the variables it inherits)."""
+        from tidemark.timeutil import now_ms
+
+        spec = self.log_path.with_name(f".{self.config.pipeline}.submit.{os.getpid()}.{now_ms()}.json")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        write_private(
+            spec,
+            json.dumps(
+                {
+                    "application": application,
+                    "hook": hook_args,
+                    "env_vars": env_vars,
+                    "env_from_runner": from_runner,
+                    # the runner rotates its output (the log) by these (_OutputRotator)
+                    "log": {
+                        "path": str(self.log_path),
+                        "max_bytes": STREAM_LOG_MAX_BYTES,
+                        "keep": STREAM_LOG_KEEP,
+                        "check_s": STREAM_LOG_CHECK_S,
+                    },
+                }
+            ),
+        )
+        return spec
 
     def wait_for_heartbeat(self, timeout: float, poll: float = 2.0) -> Liveness:
         """Wait until the job started by :meth:`start_detached` writes its first heartbeat.

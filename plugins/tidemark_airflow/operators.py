@@ -309,7 +309,7 @@ class WatermarkMonitorOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from tidemark.status import read_status
         from tidemark.timeutil import now_ms
-        from tidemark.watermark import STALLED
+        from tidemark.watermark_status import STALLED
         from tidemark_airflow.alerts import AlertLedger, recovery_alert, send, stall_alert
 
         config = load_pipeline(self.config_path).config
@@ -357,7 +357,7 @@ class ReconciliationGateOperator(BaseOperator):
         start, end = interval_ms(context)
         summary = interval_summary(config, start, end)
         self.log.info("%s", summary["text"])
-        if summary["misaligned"] or summary["unexplained"]:
+        if not summary["ok"]:  # tidemark.alignment.AlignmentSummary.ok: the one verdict
             alert = misaligned_alert(config, summary)
             send(alert, config, context)
             raise AirflowFailException(alert.subject)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidemark.config import ConfigError, PipelineConfig, load_config
+from tidemark.errors import TidemarkError
 
 PIPELINES_DIR_ENV = "TIDEMARK_PIPELINES_DIR"
 
@@ -65,7 +66,7 @@ def configured_pipelines() -> list[Pipeline]:
     return read_pipelines()[0]
 
 
-class PipelineConfigError(Exception):
+class PipelineConfigError(TidemarkError):
     """Pipeline configs that do not load: one line per file."""
 
 

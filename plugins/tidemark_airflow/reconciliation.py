@@ -1,8 +1,8 @@
 """The reconciliation rows of one interval, summarised for alerts, Asset events and the UI (no JVM).
 
-The figures (closed, misaligned, share aligned, worst, unexplained) are
-:func:`tidemark.reconcile.alignment_summary`'s, the one definition the CLI, the report and the
-quality step use too.
+The rows are :class:`tidemark.alignment.WindowResult`, the figures (closed, misaligned, share
+aligned, worst, unexplained) and the verdict (``ok``) :func:`tidemark.alignment.alignment_summary`'s,
+the one definition the CLI, the report and the quality step use too.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from tidemark import schemas as S
-from tidemark import tables as T
+from tidemark.alignment import CLOSED, alignment_summary, window_results
 from tidemark.config import PipelineConfig
-from tidemark.reconcile import alignment_summary
+from tidemark.stream_side import reconciled_rows
 from tidemark.timeutil import format_instant_ms
 
 
@@ -22,17 +21,8 @@ def reconciliation_rows(
     config: PipelineConfig, start_ms: int | None = None, end_ms: int | None = None
 ) -> pd.DataFrame:
     """Rows of the ``reconciliation`` table (pandas), optionally those with start <= window_start < end."""
-    frame = T.read_if_exists(config, S.RECONCILIATION)
-    if frame is None:
-        return pd.DataFrame()
-    if frame.empty:
-        return frame
-    frame = frame.assign(window_start_ms=T.epoch_ms(frame["window_start"]).astype("int64"))
-    if start_ms is not None:
-        frame = frame[frame["window_start_ms"] >= start_ms]
-    if end_ms is not None:
-        frame = frame[frame["window_start_ms"] < end_ms]
-    return frame.sort_values("window_start_ms").reset_index(drop=True)
+    frame = reconciled_rows(config, start_ms, end_ms)
+    return pd.DataFrame() if frame is None else frame
 
 
 def interval_summary(config: PipelineConfig, start_ms: int, end_ms: int, worst: int = 10) -> dict[str, Any]:
@@ -52,12 +42,11 @@ def interval_summary(config: PipelineConfig, start_ms: int, end_ms: int, worst: 
         f"{summary.worst_alignment}, on-time {summary.worst_ontime_alignment} "
         f"({summary.late_folded:,} late records folded into revisions)"
     ]
-    closed = frame[frame["status"] == "closed"]
-    for _, row in closed.sort_values("alignment").head(worst).iterrows():
+    closed = frame[frame["status"] == CLOSED].sort_values("alignment")
+    for w in window_results(closed.head(worst)):
         lines.append(
-            f"  {format_instant_ms(int(row['window_start_ms']))} alignment {row['alignment']:.6f} "
-            f"stream {int(row['stream_events']):,} batch {int(row['batch_events']):,} late "
-            f"{int(row['late_events']):,} unexplained {int(row['unexplained']):,}"
+            f"  {w.iso} alignment {w.alignment:.6f} stream {w.stream_events:,} batch "
+            f"{w.batch_events:,} late {w.late_events:,} unexplained {w.unexplained:,}"
         )
     reconciled_at = frame["reconciled_at"].max()
     return {
@@ -68,6 +57,7 @@ def interval_summary(config: PipelineConfig, start_ms: int, end_ms: int, worst: 
         "windows": len(frame),
         "closed": summary.closed,
         "open": summary.open,
+        "ok": summary.ok,
         "misaligned": [format_instant_ms(ms) for ms in summary.misaligned_ms],
         "unexplained": summary.unexplained,
         "aligned_share": summary.share_aligned,

@@ -1,8 +1,8 @@
 """Deferrable wait for the precise watermark, run by Airflow's triggerer.
 
-The trigger polls the pipeline's committed watermark (``tidemark.status``: delta-rs, no JVM,
-tens of milliseconds) in a worker thread, so thousands of waiting hours cost the triggerer a
-few coroutines and no worker slots.
+The trigger polls the pipeline's committed watermark (``tidemark.committed``: the commit marker
+alone, read with delta-rs, no JVM, tens of milliseconds) in a worker thread, so thousands of
+waiting hours cost the triggerer a few coroutines and no worker slots.
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 def committed_watermark(config_path: str) -> tuple[int | None, str]:
-    """(watermark ms, state) from the newest committed batch of the pipeline in ``config_path``."""
+    """(watermark ms, state) from the newest committed batch of the pipeline in ``config_path``:
+    its commit marker alone (:func:`tidemark.committed.committed_watermark`), never the host
+    progress."""
+    from tidemark.committed import committed_watermark as read_committed_watermark
     from tidemark.config import load_config
-    from tidemark.status import read_status
 
-    status = read_status(load_config(config_path)).status
-    return status.watermark_ms, status.state
+    return read_committed_watermark(load_config(config_path))
 
 
 def _one_line(exc: Exception) -> str:
-    """A set-up problem (an unreadable object store: tidemark.storage.StorageError) as the line the
+    """A set-up problem (an unreadable object store: tidemark.object_store.StorageError) as the line the
     CLI prints; anything else with its type."""
     from tidemark.resources import SetupError
 

@@ -5,5 +5,5 @@ import os
 # delta-rs logs through Rust's env_logger, which reads RUST_LOG once, when ``deltalake`` is
 # imported: without this, a read of object storage without credentials prints the AWS SDK's WARN
 # lines (instance metadata, config files) before Tidemark's one-line error
-# (tidemark.storage.StorageError). A RUST_LOG the user sets wins.
+# (tidemark.object_store.StorageError). A RUST_LOG the user sets wins.
 os.environ.setdefault("RUST_LOG", "error")

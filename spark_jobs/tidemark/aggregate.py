@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 
 def window_start_col(event_time: str, window_ms: int) -> Column:
+    """:func:`tidemark.windows.start_of` as a Spark Column: ``t - pmod(t, S)``. ``pmod``, not
+    ``%``: Spark's ``%`` is a remainder (negative for ``t < 0``), Python's a floor modulo."""
     from pyspark.sql import functions as F
 
     return F.col(event_time) - F.pmod(F.col(event_time), F.lit(window_ms))

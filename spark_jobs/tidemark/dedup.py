@@ -141,19 +141,7 @@ def deduplicate(
     suspects = batch.join(F.broadcast(hashes), on_hash, "left_semi")
     catalog = _Catalog(events_path, batch_id, horizon_ms)
     if n_suspects <= DRIVER_MAX_ROWS:
-        rows = retries.with_read_order(suspects).toArrow()
-        lap("dedup_suspects")
-        keep, looked_up, out_of_order = _resolve_on_driver(rows, progress, catalog)
-        rows = rows.drop_columns(["_src", "_offset"])
-        kept = rows.filter(pa.array(keep))
-        removed = rows.filter(pa.array(~keep)).select(["host", "event_time"]).to_pandas()
-        lap("dedup_lookup")
-        back = spark.createDataFrame(kept, schema=batch.schema) if kept.num_rows else None
-        lap("dedup_back")
-        result = clean if back is None else clean.unionByName(back)
-        return DedupResult(
-            result, looked_up, len(removed), removed=removed, out_of_order=out_of_order, scanned=scanned
-        )
+        return _resolve_on_the_driver(spark, batch, clean, suspects, progress, catalog, scanned, lap)
     # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
     # no candidate cannot be there, so the lookup only costs time).
     suspects = suspects.persist()
@@ -164,6 +152,33 @@ def deduplicate(
     lap("dedup_spark")
     return DedupResult(
         clean.unionByName(kept), n_suspects, n_suspects - n_kept, removed=None, cached=(suspects, kept)
+    )
+
+
+def _resolve_on_the_driver(
+    spark: SparkSession,
+    batch: DataFrame,
+    clean: DataFrame,
+    suspects: DataFrame,
+    progress: HostProgress,
+    catalog: _Catalog,
+    scanned: pa.Table,
+    lap,
+) -> DedupResult:
+    """Few suspects: collected, each tested against its host's progress and looked up in the
+    catalog on the driver; the kept ones go back to Spark beside the clean rows."""
+    rows = retries.with_read_order(suspects).toArrow()
+    lap("dedup_suspects")
+    keep, looked_up, out_of_order = _resolve_on_driver(rows, progress, catalog)
+    rows = rows.drop_columns(["_src", "_offset"])
+    kept = rows.filter(pa.array(keep))
+    removed = rows.filter(pa.array(~keep)).select(["host", "event_time"]).to_pandas()
+    lap("dedup_lookup")
+    back = spark.createDataFrame(kept, schema=batch.schema) if kept.num_rows else None
+    lap("dedup_back")
+    result = clean if back is None else clean.unionByName(back)
+    return DedupResult(
+        result, looked_up, len(removed), removed=removed, out_of_order=out_of_order, scanned=scanned
     )
 
 

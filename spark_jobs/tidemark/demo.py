@@ -76,6 +76,19 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     echo(report.table())
     echo(_alignment_line(report, config.allowed_lateness))
 
+    stream_total = _print_progress(batches, report, truth, config, echo)
+    echo("")
+    echo(f"watermark status now (`tidemark watermark --config {config_path}`, no Spark):")
+    echo("  " + read_status(config).text(limit=5).replace("\n", "\n  "))
+    quality_ok = _quality_and_report(config, config_path, scenario, spark, workdir, echo)
+    echo(f"config {config_path}; done in {humanize_ms(int((time.monotonic() - started) * 1000))}")
+    spark.stop()
+    ok = report.totals()["unexplained"] == 0 and stream_total == truth.unique_events and quality_ok
+    return 0 if ok else 1
+
+
+def _print_progress(batches, report, truth, config, echo) -> int:
+    """Each batch's watermark line and the totals against the input's truth; the events streamed."""
     echo("")
     echo("watermark progress (precise, precision 0.999):")
     for s in batches:
@@ -96,14 +109,7 @@ def run_demo(args, scenario: Scenario, echo=print) -> int:
     echo(
         f"tables under {config.tables_root}/: events windows late_events quarantine watermarks reconciliation"
     )
-    echo("")
-    echo(f"watermark status now (`tidemark watermark --config {config_path}`, no Spark):")
-    echo("  " + read_status(config).text(limit=5).replace("\n", "\n  "))
-    quality_ok = _quality_and_report(config, config_path, scenario, spark, workdir, echo)
-    echo(f"config {config_path}; done in {humanize_ms(int((time.monotonic() - started) * 1000))}")
-    spark.stop()
-    ok = totals["unexplained"] == 0 and stream_total == truth.unique_events and quality_ok
-    return 0 if ok else 1
+    return stream_total
 
 
 def _alignment_line(report, allowed_lateness_ms: int) -> str:
@@ -140,19 +146,19 @@ def _storage_block(args) -> dict:
 def _generate(scenario: Scenario, landing: str, workdir: Path, keep: bool, echo):
     """Generate the scenario into ``landing``; on object storage, into ``workdir/landing`` first,
     then uploaded in name order (a clean start deletes what the location held)."""
-    from tidemark import storage
+    from tidemark import object_store, storage_settings
 
-    if not storage.is_object_store(landing):
+    if not storage_settings.is_object_store(landing):
         return generate_files(scenario, landing)
     root = landing.rsplit("/", 1)[0]
-    if storage.ensure_bucket(root):
-        echo(f"   created bucket {storage.bucket_of(root)}")
+    if object_store.ensure_bucket(root):
+        echo(f"   created bucket {storage_settings.bucket_of(root)}")
     if not keep:
-        storage.remove_tree(root)
+        object_store.remove_tree(root)
     staging = workdir / "landing"
     truth = generate_files(scenario, str(staging))
     started = time.monotonic()
-    copied = storage.upload_tree(staging, landing)
+    copied = object_store.upload_tree(staging, landing)
     echo(f"   uploaded {copied} files to {landing} in {time.monotonic() - started:.1f}s")
     return truth
 

@@ -38,7 +38,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tidemark import storage
+from tidemark import object_store, storage
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -135,7 +135,7 @@ def add_actions(table_path: str, directory: str, p: Plan) -> list[Any]:
     import pyarrow.parquet as pq
     from deltalake.transaction import AddAction
 
-    fs, root = storage.filesystem(f"{table_path.rstrip('/')}/{directory}")
+    fs, root = object_store.filesystem(f"{table_path.rstrip('/')}/{directory}")
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
     actions = []
     for info in sorted(infos, key=lambda i: i.path):

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tidemark.errors import UsageError
 from tidemark.timeutil import MS_PER_MINUTE, format_instant_ms, now_ms, parse_instant_ms
 
 DEFAULT_START = "2025-11-22T10:00:00Z"
@@ -82,7 +83,7 @@ class Scenario:
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
-            raise ValueError(f"scenario: invalid value for {', '.join(bad)}")
+            raise UsageError(f"scenario: invalid value for {', '.join(bad)}")
 
     @property
     def host_names(self) -> list[str]:
@@ -123,34 +124,61 @@ def _malformed(kind: int, rng: random.Random, host: str, et: int) -> str:
 Bucket = tuple[int, int, list[str]]  # (file index, bucket end ms, lines)
 
 
-def iter_buckets(s: Scenario, truth: Truth | None = None) -> Iterator[Bucket]:
-    """Yield each file's lines in arrival order, oldest file first, using bounded memory."""
-    truth = truth if truth is not None else Truth()
-    rng = random.Random(s.seed)
-    names = s.host_names
-    lagging = set(s.lagging_hosts())
-    outage_start = s.start_ms + int(s.lag_start_minute * MS_PER_MINUTE)
-    outage_end = outage_start + int(s.lag_minutes * MS_PER_MINUTE)
-    delays = [rng.randint(200, 3000) for _ in names]
-    held = [host in lagging for host in names]
-    span = s.file_span_s * 1000
-    seq = [0] * s.hosts
-    pending: dict[int, list[tuple[int, int, str]]] = {}
-    order = 0
-    keys = s.keys
-    per_min = s.events_per_host_per_minute
+class _Pending:
+    """Lines waiting for their landing file: ``(arrival, order written, line)`` per file index."""
 
-    def put(arrival: int, line: str) -> None:
-        nonlocal order
-        index = (arrival - s.start_ms) // span
-        pending.setdefault(index, []).append((arrival, order, line))
-        order += 1
+    def __init__(self, start_ms: int, span_ms: int) -> None:
+        self.start_ms, self.span = start_ms, span_ms
+        self.files: dict[int, list[tuple[int, int, str]]] = {}
+        self.order = 0
 
-    for minute in range(s.minutes):
-        base = s.start_ms + minute * MS_PER_MINUTE
-        for h, host in enumerate(names):
+    def put(self, arrival: int, line: str) -> None:
+        index = (arrival - self.start_ms) // self.span
+        self.files.setdefault(index, []).append((arrival, self.order, line))
+        self.order += 1
+
+    def due(self, horizon: int | None) -> Iterator[Bucket]:
+        """The files whose span ends at or before ``horizon`` (None: every file), oldest first."""
+        ends = {i: self.start_ms + (i + 1) * self.span for i in self.files}
+        for index in sorted(i for i in ends if horizon is None or ends[i] <= horizon):
+            yield _flush(index, ends[index], self.files.pop(index))
+
+
+@dataclass
+class _Hosts:
+    """Every host's collector in a scenario: its delivery delay, its outage, its next sequence."""
+
+    s: Scenario
+    rng: random.Random
+    truth: Truth
+    pending: _Pending
+    names: list[str]
+    delays: list[int]
+    held: list[bool]
+    outage: tuple[int, int]  # [start, end) of the lagging hosts' outage, epoch ms
+    seq: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, s: Scenario, truth: Truth) -> _Hosts:
+        rng = random.Random(s.seed)
+        names = s.host_names
+        lagging = set(s.lagging_hosts())
+        outage_start = s.start_ms + int(s.lag_start_minute * MS_PER_MINUTE)
+        outage = (outage_start, outage_start + int(s.lag_minutes * MS_PER_MINUTE))
+        delays = [rng.randint(200, 3000) for _ in names]
+        held = [host in lagging for host in names]
+        pending = _Pending(s.start_ms, s.file_span_s * 1000)
+        return cls(s, rng, truth, pending, names, delays, held, outage, [0] * s.hosts)
+
+    def events(self, base: int) -> None:
+        """Every host's events of the minute starting at ``base``, with retries and bad lines."""
+        s, rng, truth, put = self.s, self.rng, self.truth, self.pending.put
+        keys, per_min = s.keys, s.events_per_host_per_minute
+        outage_start, outage_end = self.outage
+        seq, held = self.seq, self.held
+        for h, host in enumerate(self.names):
             offsets = sorted(rng.randrange(MS_PER_MINUTE) for _ in range(per_min))
-            delay = delays[h]
+            delay = self.delays[h]
             for off in offsets:
                 et = base + off
                 n = seq[h]
@@ -178,25 +206,40 @@ def iter_buckets(s: Scenario, truth: Truth | None = None) -> Iterator[Bucket]:
                 if rng.random() < s.malformed_rate:
                     put(arrival, _malformed(truth.malformed_lines, rng, host, et))
                     truth.malformed_lines += 1
+
+    def heartbeats(self, base: int) -> None:
+        """The collectors' heartbeats of the minute starting at ``base`` (none during an outage)."""
+        step = self.s.heartbeat_every_s * 1000
+        outage_start, outage_end = self.outage
+        for tick in range(base + (-base) % step, base + MS_PER_MINUTE, step):
+            for h, host in enumerate(self.names):
+                if self.held[h] and outage_start <= tick < outage_end:
+                    continue  # the collector is down: it claims nothing
+                self.pending.put(
+                    tick + self.delays[h], f'{{"host":"{host}","event_time":{tick},"heartbeat":true}}'
+                )
+                self.truth.heartbeats += 1
+
+    def final_heartbeats(self) -> None:
+        end = self.s.end_ms
+        for h, host in enumerate(self.names):
+            self.pending.put(end + self.delays[h], f'{{"host":"{host}","event_time":{end},"heartbeat":true}}')
+            self.truth.heartbeats += 1
+
+
+def iter_buckets(s: Scenario, truth: Truth | None = None) -> Iterator[Bucket]:
+    """Yield each file's lines in arrival order, oldest file first, using bounded memory."""
+    hosts = _Hosts.of(s, truth if truth is not None else Truth())
+    for minute in range(s.minutes):
+        base = s.start_ms + minute * MS_PER_MINUTE
+        hosts.events(base)
         if s.heartbeat_every_s:
-            step = s.heartbeat_every_s * 1000
-            for tick in range(base + (-base) % step, base + MS_PER_MINUTE, step):
-                for h, host in enumerate(names):
-                    if held[h] and outage_start <= tick < outage_end:
-                        continue  # the collector is down: it claims nothing
-                    put(tick + delays[h], f'{{"host":"{host}","event_time":{tick},"heartbeat":true}}')
-                    truth.heartbeats += 1
+            hosts.heartbeats(base)
         if minute == s.minutes - 1 and s.final_heartbeat:
-            end = s.end_ms
-            for h, host in enumerate(names):
-                put(end + delays[h], f'{{"host":"{host}","event_time":{end},"heartbeat":true}}')
-                truth.heartbeats += 1
+            hosts.final_heartbeats()
         # Everything still to come arrives at or after the next minute's start.
-        horizon = base + MS_PER_MINUTE
-        for index in sorted(i for i in pending if s.start_ms + (i + 1) * span <= horizon):
-            yield _flush(index, s.start_ms + (index + 1) * span, pending.pop(index))
-    for index in sorted(pending):
-        yield _flush(index, s.start_ms + (index + 1) * span, pending.pop(index))
+        yield from hosts.pending.due(base + MS_PER_MINUTE)
+    yield from hosts.pending.due(None)
 
 
 def _flush(index: int, end_ms: int, items: list[tuple[int, int, str]]) -> Bucket:

@@ -14,12 +14,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tidemark.config import PipelineConfig
+from tidemark.errors import TidemarkError
 from tidemark.schemas import EVENTS, IDENTITY_FILE, WATERMARKS
 from tidemark.storage import Location, location, write_text_atomic
 from tidemark.timeutil import format_instant_ms, now_ms
 
 
-class IdentityError(RuntimeError):
+class IdentityError(TidemarkError, RuntimeError):
     """Checkpoint and tables do not belong together; starting would skip or repeat writes."""
 
 

@@ -40,15 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tidemark import storage
+from tidemark import object_store, storage, storage_settings
 from tidemark.config import PipelineConfig
+from tidemark.errors import LeaseError as LeaseError
 from tidemark.timeutil import humanize_ms, now_ms
 
 LEASE_DIR = "_lease"
-
-
-class LeaseError(RuntimeError):
-    """The stream may not write: one line for people."""
 
 
 class LeaseHeld(LeaseError):
@@ -146,16 +143,16 @@ class _S3:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri.rstrip("/")
-        self.settings = storage.storage_for(uri)
+        self.settings = storage_settings.storage_for(uri)
 
     def _key(self, number: int) -> str:
         return f"{self.uri}/{_name(number)}"
 
     def numbers(self) -> list[int]:
-        return _numbers(u.rsplit("/", 1)[-1] for u in storage.list_files(self.uri))
+        return _numbers(u.rsplit("/", 1)[-1] for u in object_store.list_files(self.uri))
 
     def read(self, number: int) -> str | None:
-        path = storage.ObjectPath(self._key(number))
+        path = object_store.ObjectPath(self._key(number))
         try:
             return path.read_bytes().decode("utf-8")
         except FileNotFoundError:
@@ -170,9 +167,10 @@ class _S3:
         self._put(self._key(number), text.encode(), {})
 
     def _put(self, uri: str, body: bytes, extra: dict[str, str]) -> int:
-        creds = storage.credentials(self.settings)
+        creds = storage_settings.credentials(self.settings)
         endpoint = (
-            storage.endpoint(self.settings, creds) or f"https://s3.{self.settings.region}.amazonaws.com"
+            storage_settings.endpoint(self.settings, creds)
+            or f"https://s3.{self.settings.region}.amazonaws.com"
         )
         parts = urllib.parse.urlsplit(uri)
         bucket, key = parts.netloc, parts.path.lstrip("/")
@@ -234,7 +232,7 @@ class Lease:
 
     def __init__(self, config: PipelineConfig, holder: dict[str, Any], ttl_ms: int | None = None) -> None:
         where = lease_location(config)
-        self.store = _S3(where) if storage.is_object_store(where) else _Disk(Path(where))
+        self.store = _S3(where) if storage_settings.is_object_store(where) else _Disk(Path(where))
         self.pipeline = config.pipeline
         self.holder = holder
         self.ttl_ms = ttl_ms if ttl_ms is not None else config.lease_ttl

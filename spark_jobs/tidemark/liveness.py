@@ -34,13 +34,17 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidemark.config import PipelineConfig
 from tidemark.storage import Location, is_object_store, location, write_text_atomic
 from tidemark.timeutil import humanize_ms, now_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
 
 HEARTBEAT_EVERY_S = 5
 # The job's token, in its environment from its launch (readable in /proc/<pid>/environ only by its
@@ -85,6 +89,24 @@ def read_json(path: Location) -> dict[str, Any] | None:
         return None
 
 
+class CommittedBatch(Protocol):
+    """A batch's summary, as a heartbeat reads it (:class:`tidemark.batch_steps.BatchSummary`)."""
+
+    @property
+    def batch_id(self) -> int: ...
+
+
+class BatchCounter(Protocol):
+    """What a heartbeat reads of the stream's batch function
+    (:class:`tidemark.batch.BatchProcessor`): its newest batches and how many ran."""
+
+    @property
+    def summaries(self) -> Sequence[CommittedBatch]: ...
+
+    @property
+    def batches_run(self) -> int: ...
+
+
 class Heartbeat:
     """Written by the job's driver; one instance per run of ``run_stream``."""
 
@@ -94,7 +116,7 @@ class Heartbeat:
         self.trigger_since_ms: int | None = None
         self.identity = ProcessIdentity.self().record()
 
-    def beat(self, query, processor, stopped: bool = False) -> None:
+    def beat(self, query: StreamingQuery, processor: BatchCounter, stopped: bool = False) -> None:
         status = query.status if not stopped else {}
         active = bool(status.get("isTriggerActive")) if status else False
         now = now_ms()

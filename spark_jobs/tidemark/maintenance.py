@@ -93,10 +93,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from tidemark import liveness, object_store, storage
 from tidemark import schemas as S
-from tidemark import storage
 from tidemark import tables as T
 from tidemark.config import PipelineConfig
+from tidemark.errors import UsageError
+from tidemark.pipeline_state import STATE_VERSION_COLUMNS, committed_marker, state_version
 from tidemark.timeutil import MS_PER_HOUR
 
 if TYPE_CHECKING:
@@ -122,16 +124,12 @@ COMPACTED = (
     S.RECONCILIATION,
     S.LANDING_INDEX,
 )
-# Overwritten by the stream and read at the versions the newest commit marker records.
-STATE_VERSION_COLUMNS = {
-    S.HOST_PROGRESS: "hosts_version",
-    S.OPEN_WINDOWS: "open_version",
-    S.REVISABLE_WINDOWS: "revisable_version",
-}
 # What a reader of the log replays: commits and checkpoints (not Spark's .crc checksums).
 LOG_ENTRY = re.compile(r"^\d{20}\.(json|checkpoint\b)")
 # Tries of an OPTIMIZE or property change that lost its commit to a conflicting one.
 OPTIMIZE_ATTEMPTS = 4
+# a heartbeat this old means the stream is gone, for check_stream_stopped
+STREAM_GONE_AFTER_MS = 10 * 60_000
 
 
 @dataclass(frozen=True)
@@ -207,12 +205,25 @@ def plan(config: PipelineConfig) -> list[tuple[str, str]]:
     checkpointed, never compacted."""
     found = {
         "/".join(parts[:-2])
-        for file in storage.list_files(config.tables_root)
+        for file in object_store.list_files(config.tables_root)
         if 3 <= len(parts := file.split("/")) <= 4 and parts[-2] == "_delta_log"
     }
     known = [*COMPACTED, S.EVENTS, *STATE_VERSION_COLUMNS]
     ordered = [t for t in known if t in found] + sorted(found - set(known))
     return [(table, table_kind(config, table)) for table in ordered]
+
+
+def check_stream_stopped(config: PipelineConfig) -> None:
+    """With ``maintenance.in_stream`` the stream maintains its tables itself (one writer per table
+    on object storage): a :class:`UsageError` while it runs, starts or hangs."""
+    if not config.maintained_in_stream:
+        return
+    alive = liveness.assess(config, hang_after_ms=STREAM_GONE_AFTER_MS)
+    if alive.state in (liveness.RUNNING, liveness.STARTING, liveness.HUNG):
+        raise UsageError(
+            f"[{config.pipeline}] its stream is {alive.state} ({alive.reason}) and maintains the tables "
+            "itself (maintenance.in_stream: one writer per table on object storage); stop it first"
+        )
 
 
 def maintain(
@@ -316,9 +327,7 @@ class InStreamMaintenance:
 def _restart_version(config: PipelineConfig, table: str) -> int | None:
     """The version of a ``_state`` table that the newest commit marker records: what the next
     batch (a restart after a crash too) and the watermark status read. None before the first."""
-    marker = T.latest_marker(config.table_path(S.WATERMARKS)) or {}
-    recorded = marker.get(STATE_VERSION_COLUMNS[table])
-    return None if recorded is None else int(recorded)
+    return state_version(committed_marker(config), table)
 
 
 def _vacuum_state(path: str, hours: int, keep: int | None) -> str:
@@ -457,7 +466,7 @@ def layout(path: str) -> Layout:
 
     table = T.open_table(path)
     adds = pa.table(table.get_add_actions(flatten=True))
-    files = storage.list_files(path)
+    files = object_store.list_files(path)
     return Layout(
         version=table.version(),
         files=adds.num_rows,

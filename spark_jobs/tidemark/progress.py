@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-__all__ = ["HOST_SCHEMA", "SNAPSHOT_FACTOR", "Advanced", "HostProgress"]
+__all__ = ["HOST_SCHEMA", "SNAPSHOT_FACTOR", "Advanced", "HostProgress", "merge_progress"]
 
 # The stored log is replaced by a snapshot once it holds more than this many rows per host.
 SNAPSHOT_FACTOR = 3
@@ -214,3 +214,10 @@ class HostProgress:
         if index is self.index:
             state._population = self._population  # same slots: the population mask still holds
         return Advanced(state, changed, snapshot)
+
+
+def merge_progress(current: Mapping[str, int], batch: Mapping[str, int]) -> dict[str, int]:
+    """Per-host maximum of host progress: a host's progress never goes back. The mapping form of
+    what the stream runs, :meth:`HostProgress.advance` (the same code)."""
+    advanced = HostProgress.from_mapping(current).advance(list(batch), list(batch.values()), 1)
+    return advanced.progress.as_dict()

@@ -234,24 +234,14 @@ def reconciliation_frame(
     ``late_share`` = late events / batch events (0 for an empty window)."""
     import numpy as np
 
+    from tidemark.alignment import CLOSED, normalized
+
     if rows is None or rows.empty:
         return _empty(RECONCILIATION_COLUMNS)
-    frame = rows[rows["status"] == "closed"].copy()
-    frame["window_start_ms"] = T.epoch_ms(frame["window_start"])
-    frame = frame[in_range(frame["window_start_ms"], start_ms, end_ms)]
-    # Rows reconciled before window revisions existed: nothing folded, on-time is final.
-    for name, default in (("late_folded", 0), ("final", True)):
-        frame[name] = frame[name].fillna(default) if name in frame else default
-    frame["ontime_events"] = (
-        frame["ontime_events"].fillna(frame["stream_events"])
-        if "ontime_events" in frame
-        else frame["stream_events"]
-    )
-    frame["ontime_alignment"] = (
-        frame["ontime_alignment"].fillna(frame["alignment"])
-        if "ontime_alignment" in frame
-        else frame["alignment"]
-    )
+    # The row type's reading: rows reconciled before window revisions existed have nothing
+    # folded, and their on-time result is the final one.
+    frame = normalized(rows[rows["status"] == CLOSED])
+    frame = frame[in_range(frame["window_start_ms"], start_ms, end_ms)].copy()
     batch = frame["batch_events"].astype("float64")
     frame["late_share"] = np.where(batch > 0, frame["late_events"] / batch.clip(lower=1), 0.0)
     # A final alignment below 1.0 is only ever records beyond the allowed lateness (late_events).

@@ -86,6 +86,33 @@ LINE_AND_CONFIG_RULES = ("min_event_time", "skew_msg", "skew_arrival", "value_fi
 OVERSIZED_RAW_CHARS = 1024
 
 
+# -- what a parsed row is: quarantined, heartbeat or event ---------------------------------------
+# The one rule, over the :data:`PARSED_COLUMNS` of a row: a row with a ``reason`` is quarantined
+# (it never moves a host, whatever host it names); a valid row is a heartbeat when ``heartbeat``
+# is true, else an event. The stream, the batch's counts and writes, and the recompute call these.
+
+
+def is_quarantined_col() -> Column:
+    """A line that broke a rule: its ``reason`` says which. It goes to ``quarantine`` only."""
+    from pyspark.sql import functions as F
+
+    return F.col("reason").isNotNull()
+
+
+def is_heartbeat_col() -> Column:
+    """A valid heartbeat: it moves its host's progress and is no event."""
+    from pyspark.sql import functions as F
+
+    return ~is_quarantined_col() & F.coalesce(F.col("heartbeat"), F.lit(False))
+
+
+def is_event_col() -> Column:
+    """A valid record that is not a heartbeat: the only rows that can be publisher retries."""
+    from pyspark.sql import functions as F
+
+    return ~is_quarantined_col() & ~F.coalesce(F.col("heartbeat"), F.lit(False))
+
+
 def register_native_parser(spark: SparkSession) -> None:
     """Register the fast path's UDF in ``spark`` (once); a one-line SetupError when its jar is
     missing."""
@@ -112,28 +139,14 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
     Do not ``where()`` on the result directly: Spark pushes the filter below these projections
     and inlines the validation into the predicate, which then re-parses the line once per
     reference (10× the time). Filter after a cache or an aggregation, as the stream and
-    :func:`tidemark.reconcile.recompute_windows` do.
+    :func:`tidemark.recompute.recompute_windows` do.
     """
     from pyspark.sql import functions as F
 
     raw = F.col("raw")
     fits = F.col("_bytes") <= rules.max_record_bytes
     kept_raw = F.when(fits, raw).otherwise(F.substring(raw, 1, OVERSIZED_RAW_CHARS))
-    staged = lines.select("raw", "source", "arrival_ms", F.octet_length(raw).alias("_bytes"))
-    if rules.native_parser:
-        register_native_parser(lines.sparkSession)
-        # Oversized lines are not parsed at all: a hostile 100 MB line must not be materialised.
-        staged = staged.select("*", F.when(fits, F.call_function(NATIVE_UDF, raw)).alias("_n"))
-        parse_in_sql = fits & F.col("_n").isNull()
-    else:
-        staged = staged.select("*", F.lit(None).cast(NATIVE_TYPE).alias("_n"))
-        parse_in_sql = fits
-    staged = (
-        # Only the lines the fast path did not claim are parsed again.
-        staged.select("*", F.when(parse_in_sql, F.try_parse_json(raw)).alias("_v"))
-        # NULL unless the line is a JSON object; absent fields are NULL, JSON nulls VOID.
-        .select("*", F.try_variant_get(F.col("_v"), "$", _FIELD_STRUCT).alias("_f"))
-    )
+    staged = _stage(lines, rules, fits)
     claimed = F.col("_n").isNotNull()
 
     def field(name: str, sql_type: str) -> Column:
@@ -167,6 +180,29 @@ def parse_records(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
         is_heartbeat.alias("heartbeat"),
         F.when(claimed, _first_broken(on_claimed)).otherwise(_first_broken(checks)).alias("reason"),
         F.lit(None).cast("long").alias("upstream_lw"),
+    )
+
+
+def _stage(lines: DataFrame, rules: ValidationConfig, fits: Column) -> DataFrame:
+    """The lines with their size (``_bytes``), the fast path's struct (``_n``, NULL where it did
+    not claim the line) and, for the rest, the SQL parse (``_v`` the variant, ``_f`` its fields)."""
+    from pyspark.sql import functions as F
+
+    raw = F.col("raw")
+    staged = lines.select("raw", "source", "arrival_ms", F.octet_length(raw).alias("_bytes"))
+    if rules.native_parser:
+        register_native_parser(lines.sparkSession)
+        # Oversized lines are not parsed at all: a hostile 100 MB line must not be materialised.
+        staged = staged.select("*", F.when(fits, F.call_function(NATIVE_UDF, raw)).alias("_n"))
+        parse_in_sql = fits & F.col("_n").isNull()
+    else:
+        staged = staged.select("*", F.lit(None).cast(NATIVE_TYPE).alias("_n"))
+        parse_in_sql = fits
+    return (
+        # Only the lines the fast path did not claim are parsed again.
+        staged.select("*", F.when(parse_in_sql, F.try_parse_json(raw)).alias("_v"))
+        # NULL unless the line is a JSON object; absent fields are NULL, JSON nulls VOID.
+        .select("*", F.try_variant_get(F.col("_v"), "$", _FIELD_STRUCT).alias("_f"))
     )
 
 

@@ -19,11 +19,12 @@ CDN), styles are inline. Every plotted mark carries its number in ``data-*`` att
 ``<title>`` tooltip, so a reader can hover for the value and a test can check the picture against
 the tables.
 
-**Data here, page elsewhere.** This module reads the tables into a :class:`ReportData` (the
-verdict, the misaligned windows and the headline totals are
-:func:`tidemark.reconcile.alignment_summary`'s, the one definition the CLI, the Airflow side and
-the quality suites use) and writes files; :mod:`tidemark.report_render` renders the page from
-Jinja2 templates.
+**Data here, page elsewhere.** This module reads the tables (through
+:mod:`tidemark.stream_side`) into a :class:`tidemark.report_render.ReportData` of
+:class:`tidemark.alignment.WindowResult` rows (the verdict, the misaligned windows and the headline
+totals are :func:`tidemark.alignment.alignment_summary`'s, the one definition the CLI, the Airflow
+side and the quality suites use) and writes files; :mod:`tidemark.report_render` renders the page
+from Jinja2 templates.
 
 **Where reports live.** :func:`write_report` without ``out`` publishes the page at
 :func:`report_path`, ``<warehouse>/<pipeline>/_quality/reconciliation.html``, beside the pipeline's
@@ -34,7 +35,7 @@ by a one-segment label, for the Airflow Tidemark view (``/reports/{pipeline}/{la
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,18 +43,14 @@ from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.charts import stall_spans
 from tidemark.config import ConfigError, PipelineConfig
-from tidemark.quality_frames import in_range
-from tidemark.report_render import render_report
-from tidemark.timeutil import format_instant_ms, parse_instant_ms
+from tidemark.report_render import WORST_WINDOWS, LagPoint, ReportData, render_report
+from tidemark.timeutil import check_range, format_instant_ms, parse_instant_ms
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from tidemark.quality import ValidationOutcome
-    from tidemark.reconcile import AlignmentSummary
 
-WORST_WINDOWS = 10
-HOSTS_PER_EXPLANATION = 5
 REPORT_FILE = "reconciliation.html"
 HOURS_DIR = "hours"  # one published report per reconciled range: hours/<start>--<end>.html
 
@@ -133,171 +130,33 @@ def _expand(compact: str) -> str:
     return f"{d[0:4]}-{d[4:6]}-{d[6:8]}T{t[0:2]}:{t[2:4]}:{seconds}Z"
 
 
-@dataclass(frozen=True)
-class WindowRow:
-    window_start_ms: int
-    stream_events: int
-    batch_events: int
-    late_events: int
-    abs_diff: int
-    alignment: float
-    unexplained: int
-    late_by_host: list[tuple[str, int]] = field(default_factory=list)  # most late first
-    # window revisions (tidemark.revisions): the first result, late records folded in, final?
-    ontime_alignment: float | None = None
-    late_folded: int = 0
-    final: bool = True
-
-    @property
-    def iso(self) -> str:
-        return format_instant_ms(self.window_start_ms)
-
-    def explanation(self, hosts: int = HOSTS_PER_EXPLANATION) -> str:
-        parts = []
-        if self.late_by_host:
-            shown = ", ".join(f"{h} ×{n:,}" for h, n in self.late_by_host[:hosts])
-            more = len(self.late_by_host) - hosts
-            parts.append(
-                f"{self.late_events:,} late record(s) from {len(self.late_by_host)} host(s): {shown}"
-                + (f" and {more} more host(s)" if more > 0 else "")
-                + (" beyond the allowed lateness" if self.late_folded else "")
-            )
-        if self.late_folded:
-            ontime = (
-                f" (on-time alignment {self.ontime_alignment:.6f})"
-                if self.ontime_alignment is not None
-                else ""
-            )
-            parts.append(f"{self.late_folded:,} late record(s) folded into revisions{ontime}")
-        if self.unexplained:
-            kind = "missing from stream and late events" if self.unexplained > 0 else "counted twice"
-            parts.append(f"{abs(self.unexplained):,} record(s) {kind} (unexplained)")
-        if not parts:
-            parts.append("exact: stream equals batch")
-        return "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class LagPoint:
-    batch_id: int
-    batch_ts_ms: int
-    watermark_ms: int
-    lag_ms: int
-
-
-@dataclass(frozen=True)
-class ReportData:
-    pipeline: str
-    target: float
-    windows: list[WindowRow]  # the closed windows in range, oldest first
-    summary: AlignmentSummary  # of the windows in range, closed and open
-    lag: list[LagPoint]
-    stalls: list[tuple[int, int]]  # processing-time [start, end] ms; an open stall ends at the last batch
-    watermark_ms: int | None
-    state: str | None
-
-    @property
-    def misaligned(self) -> list[WindowRow]:
-        below = set(self.summary.misaligned_ms)
-        return [w for w in self.windows if w.window_start_ms in below]
-
-    def worst(self, n: int = WORST_WINDOWS) -> list[WindowRow]:
-        return sorted(self.windows, key=lambda w: (w.alignment, -w.abs_diff, w.window_start_ms))[:n]
-
-
 def load_report_data(
     config: PipelineConfig, start_ms: int | None = None, end_ms: int | None = None
 ) -> ReportData:
     """Everything the report plots, from the tables (closed windows with ``window_start`` in range)."""
-    from tidemark.reconcile import alignment_summary  # pandas and pyarrow: not for report_locations
+    # pandas and pyarrow: not for report_locations
+    from tidemark.alignment import CLOSED, alignment_summary, window_results
+    from tidemark.stream_side import late_by_host, reconciled_rows
 
-    _check_range(start_ms, end_ms)
-    rec = _reconciliation(config, start_ms, end_ms)
-    closed = rec[rec["status"] == "closed"].sort_values("window_start_ms")
+    check_range(start_ms, end_ms)
+    rec = reconciled_rows(config, start_ms, end_ms)
+    if rec is None:
+        raise ConfigError(
+            f"report: no reconciliation table at {config.table_path(S.RECONCILIATION)}; "
+            "run `tidemark reconcile` first"
+        )
     marks = T.read_if_exists(config, S.WATERMARKS)
     watermark_ms, state = _newest_watermark(marks)
     return ReportData(
         pipeline=config.pipeline,
         target=float(config.reconcile.target),
-        windows=_window_rows(closed, _late_by_window(config)),
+        windows=window_results(rec[rec["status"] == CLOSED], late_by_host(config, start_ms, end_ms)),
         summary=alignment_summary(rec, float(config.reconcile.target)),
         lag=_lag_points(marks),
         stalls=sorted(stall_spans(marks, T.read_if_exists(config, S.STALLS))),
         watermark_ms=watermark_ms,
         state=state,
     )
-
-
-def _check_range(start_ms: int | None, end_ms: int | None) -> None:
-    if start_ms is not None and end_ms is not None and end_ms <= start_ms:
-        raise ConfigError(
-            f"report: --end ({format_instant_ms(end_ms)}) must be after "
-            f"--start ({format_instant_ms(start_ms)})"
-        )
-
-
-def _reconciliation(config: PipelineConfig, start_ms: int | None, end_ms: int | None) -> pd.DataFrame:
-    """The reconciled windows (closed and open) with ``window_start`` in range, with
-    ``window_start_ms``; a one-line ConfigError without the table."""
-    rec = T.read_if_exists(config, S.RECONCILIATION)
-    if rec is None:
-        raise ConfigError(
-            f"report: no reconciliation table at {config.table_path(S.RECONCILIATION)}; "
-            "run `tidemark reconcile` first"
-        )
-    rec = rec.assign(window_start_ms=T.epoch_ms(rec["window_start"]))
-    return rec[in_range(rec["window_start_ms"], start_ms, end_ms)]
-
-
-def _late_by_window(config: PipelineConfig) -> dict[int, list[tuple[str, int]]]:
-    """Late records not folded into a revision (beyond the allowed lateness: what the final
-    result misses) per window start and host, most late first (then by host)."""
-    from tidemark.revisions import not_folded
-
-    path = config.table_path(S.LATE_EVENTS)
-    if not T.table_exists(path):
-        return {}
-    dataset = T.open_table(path).to_pyarrow_dataset()
-    # only the columns the explanation needs (``folded``: tables from before revisions lack it)
-    columns = [c for c in ("host", "window_start", "folded") if c in dataset.schema.names]
-    late = not_folded(dataset.to_table(columns=columns).to_pandas())
-    if late.empty:
-        return {}
-    counts = (
-        late.assign(window_start_ms=T.epoch_ms(late["window_start"]))
-        .groupby(["window_start_ms", "host"])
-        .size()
-        .reset_index(name="n")
-        .sort_values(["window_start_ms", "n", "host"], ascending=[True, False, True])
-    )
-    return {
-        int(ws): list(zip(group["host"], group["n"].astype(int), strict=True))
-        for ws, group in counts.groupby("window_start_ms", sort=False)
-    }
-
-
-def _window_rows(closed: pd.DataFrame, late_by_window: dict[int, list[tuple[str, int]]]) -> list[WindowRow]:
-    return [
-        WindowRow(
-            window_start_ms=int(r.window_start_ms),
-            stream_events=int(r.stream_events),
-            batch_events=int(r.batch_events),
-            late_events=int(r.late_events),
-            abs_diff=int(r.abs_diff),
-            alignment=float(r.alignment),
-            unexplained=int(r.unexplained),
-            late_by_host=late_by_window.get(int(r.window_start_ms), []),
-            ontime_alignment=_number(getattr(r, "ontime_alignment", None), float(r.alignment)),
-            late_folded=int(_number(getattr(r, "late_folded", None), 0)),
-            final=bool(_number(getattr(r, "final", None), True)),
-        )
-        for r in closed.itertuples()
-    ]
-
-
-def _number(value, default):
-    """A reconciliation value, or ``default`` for rows from before window revisions (NULL)."""
-    return default if value is None or value != value else value
 
 
 def _newest_watermark(marks: pd.DataFrame | None) -> tuple[int | None, str | None]:

@@ -1,5 +1,6 @@
-"""The reconciliation report's page: :func:`render_report` turns a :class:`tidemark.report.ReportData`
-into one self-contained HTML string (what it shows and why: :mod:`tidemark.report`).
+"""The reconciliation report's page: :func:`render_report` turns a :class:`ReportData` (what
+:func:`tidemark.report.load_report_data` reads from the tables) into one self-contained HTML
+string (what it shows and why: :mod:`tidemark.report`).
 
 The page, its tables, headline numbers and data-quality section are the Jinja2 template
 ``templates/report.html.j2`` (blocks in ``_report_parts.html.j2``), autoescaped: a host, suite or
@@ -32,11 +33,43 @@ from tidemark.charts import (
 from tidemark.timeutil import now_ms
 
 if TYPE_CHECKING:
+    from tidemark.alignment import AlignmentSummary, WindowResult
     from tidemark.quality import ValidationOutcome
-    from tidemark.report import ReportData, WindowRow
 
 TEMPLATE = "report.html.j2"
 CHARTS = "_report_charts.svg.j2"
+WORST_WINDOWS = 10
+
+
+@dataclass(frozen=True)
+class LagPoint:
+    batch_id: int
+    batch_ts_ms: int
+    watermark_ms: int
+    lag_ms: int
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """What the page shows: the closed windows of the range and their verdict, the watermark's lag
+    per batch and the recorded stalls."""
+
+    pipeline: str
+    target: float
+    windows: list[WindowResult]  # the closed windows in range, oldest first
+    summary: AlignmentSummary  # of the windows in range, closed and open
+    lag: list[LagPoint]
+    stalls: list[tuple[int, int]]  # processing-time [start, end] ms; an open stall ends at the last batch
+    watermark_ms: int | None
+    state: str | None
+
+    @property
+    def misaligned(self) -> list[WindowResult]:
+        below = set(self.summary.misaligned_ms)
+        return [w for w in self.windows if w.window_start_ms in below]
+
+    def worst(self, n: int = WORST_WINDOWS) -> list[WindowResult]:
+        return sorted(self.windows, key=lambda w: (w.alignment or 0.0, -w.abs_diff, w.window_start_ms))[:n]
 
 
 def _band(n: int, i: int, inner_w: float) -> tuple[float, float]:
@@ -45,7 +78,7 @@ def _band(n: int, i: int, inner_w: float) -> tuple[float, float]:
     return LEFT + i * w, w
 
 
-def _window_ticks(windows: list[WindowRow], inner_w: float) -> list[tuple[float, str]]:
+def _window_ticks(windows: list[WindowResult], inner_w: float) -> list[tuple[float, str]]:
     """About 12 ``HH:MM`` ticks under the windows' bands."""
     n = len(windows)
     every = max(1, math.ceil(n / 12))
@@ -60,23 +93,25 @@ def _window_ticks(windows: list[WindowRow], inner_w: float) -> list[tuple[float,
 def alignment_chart(data: ReportData) -> Markup:
     """Alignment per closed window against the target line."""
     ws = data.windows
-    lo = min([w.alignment for w in ws] + [data.target])
+    # closed windows: every one is measured
+    values = [w.alignment if w.alignment is not None else math.nan for w in ws]
+    lo = min([*values, data.target])
     pad = max((1 - lo) * 0.15, 0.0002)
     plot = Plot(
         "chart-alignment", "Alignment per window", lo - pad, 1 + pad / 3, "alignment", lambda v: f"{v:.4f}"
     )
     plot.axes(_window_ticks(ws, plot.inner_w))
     points = []
-    for i, w in enumerate(ws):
+    for i, (w, value) in enumerate(zip(ws, values, strict=True)):
         x, bw = _band(len(ws), i, plot.inner_w)
-        points.append(Mark(x + bw / 2, plot.sy(w.alignment), w, w.alignment >= data.target))
+        points.append(Mark(x + bw / 2, plot.sy(value), w, value >= data.target))
     return macros(CHARTS).alignment_chart(plot, data.target, plot.sy(data.target), points)
 
 
 @dataclass(frozen=True)
 class Series:
     name: str
-    attr: str  # the WindowRow attribute plotted
+    attr: str  # the WindowResult attribute plotted
     colour: str
 
 
@@ -159,7 +194,7 @@ def render_report(
     history_href: str | None = None,
 ) -> str:
     """The report page as one HTML string (no external resources). ``worst``: how many of the
-    worst windows to list (default :data:`tidemark.report.WORST_WINDOWS`)."""
+    worst windows to list (default :data:`WORST_WINDOWS`)."""
     charts = (
         [alignment_chart(data), counts_chart(data), late_chart(data), lag_chart(data)]
         if data.windows or data.lag

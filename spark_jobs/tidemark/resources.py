@@ -23,10 +23,7 @@ from importlib.resources import files
 from importlib.util import find_spec
 from pathlib import Path
 
-
-class SetupError(RuntimeError):
-    """The machine is missing something set-up should have provided."""
-
+from tidemark.errors import SetupError as SetupError
 
 JOBS = ("stream_job", "reconcile_job", "quality_job", "maintain_job")
 

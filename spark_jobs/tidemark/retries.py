@@ -22,8 +22,8 @@ Where it is applied:
   and :func:`kept_mask` (on the driver) or :func:`keep_copies` (Spark, many suspects) resolves them;
 * the stream, across batches: the earlier batches' copies of a key (their arrival, ``arrival_ms`` in
   ``events``) are the "last copy that counted" those functions start from;
-* the batch recompute (:mod:`tidemark.reconcile`): :func:`keep_copies` over the raw input, grouped
-  by :func:`key_hashes`.
+* the batch recompute (:mod:`tidemark.recompute`): :func:`keep_copies` over the raw input, grouped
+  by :func:`hashed_key` (the same key, its strings hashed).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 # The identity of a record: copies share all three.
 RETRY_KEY = ("host", "event_id", "event_time")
+# The retry key hashed (:func:`key_hashes`), as the recompute groups by it (:func:`hashed_key`).
+HASHED_KEY = ("_h1", "_h2", "event_time")
 # The read order's columns (:func:`with_read_order`), compared left to right.
 ORDER = ("arrival_ms", "_src", "_offset", "key", "value")
 # A Kafka line's source is ``topic/partition@offset``: the offset orders a partition's lines.
@@ -62,6 +64,14 @@ def key_hashes(wanted: Column | None = None) -> list[Column]:
     if wanted is not None:
         cols = [F.when(wanted, c) for c in cols]
     return [cols[0].alias("_h1"), cols[1].alias("_h2")]
+
+
+def hashed_key() -> list[Column]:
+    """:data:`RETRY_KEY` as :func:`keep_copies` groups rows that carry :func:`key_hashes`: the two
+    hashes, with ``event_time`` (a long) kept beside them."""
+    from pyspark.sql import functions as F
+
+    return [F.col(c) for c in HASHED_KEY]
 
 
 def read_order(rows: DataFrame) -> list[Column]:

@@ -84,24 +84,7 @@ def fold(
     foldable = late[~windows.is_final(late["window_start_ms"], previous_wm)] if len(late) else late
     folded_events = int(foldable["events"].sum()) if len(foldable) else 0
 
-    state = revisable[[*KEY, "events", "value_sum", "revision", "late_events"]].copy()
-    state["touched"] = False
-    if len(foldable):
-        add = foldable.groupby(KEY, as_index=False)[["events", "value_sum"]].sum()
-        merged = state.merge(add, on=KEY, how="outer", suffixes=("", "_late"), indicator=True)
-        new = merged["_merge"] == "right_only"
-        hit = merged["_merge"] != "left_only"
-        late_n = merged["events_late"].fillna(0).astype("int64")
-        merged["events"] = merged["events"].fillna(0).astype("int64") + late_n
-        merged["value_sum"] = merged["value_sum"].fillna(0.0) + merged["value_sum_late"].fillna(0.0)
-        merged["late_events"] = merged["late_events"].fillna(0).astype("int64") + late_n
-        # A key seen late only starts at revision 0; a known one moves to the next revision.
-        merged["revision"] = np.where(
-            new, 0, merged["revision"].fillna(-1).astype("int64") + hit.astype("int64")
-        )
-        merged["touched"] = hit.to_numpy()
-        state = merged[[*KEY, "events", "value_sum", "revision", "late_events", "touched"]]
-
+    state = _fold_late(revisable[[*KEY, "events", "value_sum", "revision", "late_events"]].copy(), foldable)
     closed_now = closing[[*KEY, "events", "value_sum"]].assign(revision=0, late_events=0, touched=True)
     frames = [f for f in (state, closed_now) if len(f)]
     both = (
@@ -133,6 +116,25 @@ def fold(
     keep = both[~final][[*KEY, "events", "value_sum", "revision", "late_events"]]
     keep = keep.sort_values(KEY).reset_index(drop=True)
     return Folded(rows, keep, folded_events, int((rows["revision"] > 0).sum()))
+
+
+def _fold_late(state: pd.DataFrame, foldable: pd.DataFrame) -> pd.DataFrame:
+    """The revisable windows with the foldable late partials added (``touched`` marks a window a
+    late record revised): a key seen late only starts at revision 0, a known one moves on one."""
+    state["touched"] = False
+    if not len(foldable):
+        return state
+    add = foldable.groupby(KEY, as_index=False)[["events", "value_sum"]].sum()
+    merged = state.merge(add, on=KEY, how="outer", suffixes=("", "_late"), indicator=True)
+    new = merged["_merge"] == "right_only"
+    hit = merged["_merge"] != "left_only"
+    late_n = merged["events_late"].fillna(0).astype("int64")
+    merged["events"] = merged["events"].fillna(0).astype("int64") + late_n
+    merged["value_sum"] = merged["value_sum"].fillna(0.0) + merged["value_sum_late"].fillna(0.0)
+    merged["late_events"] = merged["late_events"].fillna(0).astype("int64") + late_n
+    merged["revision"] = np.where(new, 0, merged["revision"].fillna(-1).astype("int64") + hit.astype("int64"))
+    merged["touched"] = hit.to_numpy()
+    return merged[[*KEY, "events", "value_sum", "revision", "late_events", "touched"]]
 
 
 # -- readers ------------------------------------------------------------------------------------

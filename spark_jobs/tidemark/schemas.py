@@ -172,29 +172,9 @@ OUT_OF_ORDER_SCHEMA = pa.schema(
         ("ingest_ts", TS_MS),
     ]
 )
-RECONCILIATION_SCHEMA = pa.schema(
-    [
-        ("pipeline", pa.string()),
-        ("window_start", TS_US),
-        ("window_end", TS_US),
-        ("status", pa.string()),
-        ("stream_events", pa.int64()),
-        ("batch_events", pa.int64()),
-        ("late_events", pa.int64()),
-        ("abs_diff", pa.int64()),
-        ("alignment", pa.float64()),
-        ("aligned", pa.bool_()),
-        ("unexplained", pa.int64()),
-        ("ontime_events", pa.int64()),
-        ("late_folded", pa.int64()),
-        ("ontime_alignment", pa.float64()),
-        ("final", pa.bool_()),
-        ("revisions", pa.int64()),
-        ("target", pa.float64()),
-        ("stream_watermark", TS_US),
-        ("reconciled_at", TS_US),
-    ]
-)
+# The reconciliation table's schema and columns are its row type's: tidemark.alignment
+# (RECONCILIATION_SCHEMA, WindowResult).
+
 # One row per landing file a recompute indexed: the file as it was listed (path as Spark names it,
 # size, modification time) and the event times of its lines (tidemark.pruning.FileSpan).
 LANDING_INDEX_SCHEMA = pa.schema(
@@ -209,20 +189,3 @@ LANDING_INDEX_SCHEMA = pa.schema(
         ("indexed_at", TS_MS),
     ]
 )
-# reconciliation's columns stored as tidemark.reconcile.WindowResult holds them (the window
-# bounds are stored as timestamps).
-RECONCILED_FIELDS = [
-    "status",
-    "stream_events",
-    "batch_events",
-    "late_events",
-    "abs_diff",
-    "alignment",
-    "aligned",
-    "unexplained",
-    "ontime_events",
-    "late_folded",
-    "ontime_alignment",
-    "final",
-    "revisions",
-]

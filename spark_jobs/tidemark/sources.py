@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING
 from tidemark import pruning
 from tidemark.checkpoint import ResumePoint
 from tidemark.config import ConfigError, PipelineConfig, ValidationConfig
+from tidemark.errors import TidemarkError
 from tidemark.records import EVENT_FIELDS, parse_records
 from tidemark.timeutil import format_instant_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from tidemark.kafka import KafkaAccess
+    from tidemark.kafka_access import KafkaAccess
 
 
 # Hadoop options of the landing files' stream: local directories are listed in name order
@@ -121,7 +122,8 @@ def source_lines(
             lines = lines.join(F.broadcast(done), "source", "left_anti")
         return lines
     if src.kind == "kafka":
-        from tidemark.kafka import check_access, kafka_access, read_topic
+        from tidemark.kafka import check_access, read_topic
+        from tidemark.kafka_access import kafka_access
 
         assert src.bootstrap_servers is not None and src.topic is not None
         # the password is read now; a secured cluster that refuses it fails here, in one line
@@ -181,7 +183,7 @@ def parse_lines(lines: DataFrame, rules: ValidationConfig) -> DataFrame:
     return parse_records(drop_blank_lines(lines), rules)
 
 
-class SourceRangeError(RuntimeError):
+class SourceRangeError(TidemarkError, RuntimeError):
     """The source no longer holds everything a range's recompute needs."""
 
 
@@ -290,7 +292,8 @@ def _kafka_range(
 ) -> RangeInput:
     """The offsets of the topic that can hold ``[start, end)`` (:func:`pruning.select_offsets`),
     indexing first the chunks the landing index does not describe yet."""
-    from tidemark.kafka import kafka_access, partition_offsets, read_offset_ranges
+    from tidemark.kafka import partition_offsets, read_offset_ranges
+    from tidemark.kafka_access import kafka_access
 
     src, rules = config.source, config.validation
     assert src.bootstrap_servers is not None and src.topic is not None
@@ -336,7 +339,8 @@ def index_chunks(
     entry."""
     from pyspark.sql import functions as F
 
-    from tidemark.kafka import kafka_access, read_offset_ranges
+    from tidemark.kafka import read_offset_ranges
+    from tidemark.kafka_access import kafka_access
 
     src, rules = config.source, config.validation
     assert src.bootstrap_servers is not None and src.topic is not None
@@ -415,10 +419,3 @@ def index_landing_files(
         for row in rows
         if row["source"] in by_path
     ]
-
-
-def is_event_col():
-    """A valid record that is not a heartbeat: the only rows that can be publisher retries."""
-    from pyspark.sql import functions as F
-
-    return F.col("reason").isNull() & ~F.coalesce(F.col("heartbeat"), F.lit(False))

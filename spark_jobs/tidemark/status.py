@@ -3,7 +3,9 @@
 Reads the pipeline's newest ``watermarks`` row and the host progress it points at through delta-rs
 (the ``deltalake`` package: no JVM, tens of milliseconds), re-reads the expected-host list, and
 classifies the watermark *now*: a watermark that stopped moving while too many hosts lag is
-STALLED even if no batch has run since. This is the code Airflow sensors and UI views call.
+STALLED even if no batch has run since. This is the code the UI views and ``tidemark watermark``
+call; the watermark itself comes from the commit marker (:mod:`tidemark.committed`), which is all
+the Airflow sensor and trigger read.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import numpy as np
 
 from tidemark import schemas as S
 from tidemark import tables as T
+from tidemark.committed import CommittedWatermark
 from tidemark.config import PipelineConfig
+from tidemark.errors import NotRunError as NotRunError
 from tidemark.hosts import read_hosts_file
-from tidemark.progress import HostProgress
+from tidemark.pipeline_state import Marker, committed_marker, host_progress_at
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
-from tidemark.watermark import WatermarkStatus, evaluate_status
+from tidemark.watermark_status import WatermarkStatus, evaluate_status
 
 
 @dataclass(frozen=True)
@@ -99,10 +103,6 @@ class PipelineStatus:
         return "\n".join(lines)
 
 
-class NotRunError(Exception):
-    """The pipeline has no tables yet: its stream has not committed a batch."""
-
-
 # the tables a pipeline's first committed batch creates; any of them means it has run
 RUN_TABLES = (S.WATERMARKS, S.WINDOWS, S.EVENTS)
 
@@ -110,7 +110,7 @@ RUN_TABLES = (S.WATERMARKS, S.WINDOWS, S.EVENTS)
 def check_has_run(config: PipelineConfig) -> None:
     """Raise :class:`NotRunError` ("pipeline X has not run yet: no tables under <location>") when
     none of the pipeline's tables exists. Reads the Delta logs only: no JVM, writes nothing; an
-    unreadable object store raises :class:`tidemark.storage.StorageError` (one line)."""
+    unreadable object store raises :class:`tidemark.object_store.StorageError` (one line)."""
     if not any(T.table_exists(config.table_path(table)) for table in RUN_TABLES):
         raise NotRunError(f"pipeline {config.pipeline} has not run yet: no tables under {config.tables_root}")
 
@@ -121,8 +121,8 @@ def _lag(s: WatermarkStatus) -> int | None:
     return max(0, s.frontier_ms - s.watermark_ms)
 
 
-def latest_marker(config: PipelineConfig) -> dict | None:
-    return T.latest_marker(config.table_path(S.WATERMARKS))
+def latest_marker(config: PipelineConfig) -> Marker | None:
+    return committed_marker(config)
 
 
 def host_progress(config: PipelineConfig, marker: dict | None) -> tuple[np.ndarray, np.ndarray]:
@@ -130,9 +130,7 @@ def host_progress(config: PipelineConfig, marker: dict | None) -> tuple[np.ndarr
     empty arrays before the first batch."""
     if marker is None:
         return np.array([], dtype=object), np.array([], dtype="int64")
-    state = HostProgress.from_rows(
-        T.read_local(config.table_path(S.HOST_PROGRESS), int(marker["hosts_version"]))
-    )
+    state = host_progress_at(config, marker)
     return state.hosts, state.progress_ms
 
 
@@ -174,6 +172,7 @@ def read_status(
     """The pipeline's watermark status at ``now``, from ``marker`` (default: the newest committed one)
     and the host progress it points at (``hosts_progress`` when the caller has read it already)."""
     marker = marker if marker is not None else latest_marker(config)
+    committed = CommittedWatermark.from_marker(marker)
     wm_cfg = config.watermark
     expected = read_hosts_file(wm_cfg.hosts_file) if wm_cfg.hosts_file else None
     hosts, progress = hosts_progress if hosts_progress is not None else host_progress(config, marker)
@@ -181,8 +180,8 @@ def read_status(
         hosts,
         progress,
         wm_cfg.precision_fraction,
-        marker["watermark_ms"] if marker else None,
-        marker["advanced_at_ms"] if marker else None,
+        committed.watermark_ms,
+        committed.advanced_at_ms,
         now if now is not None else now_ms(),
         wm_cfg.lag_threshold,
         wm_cfg.stall_after,
@@ -190,9 +189,9 @@ def read_status(
     )
     return PipelineStatus(
         pipeline=config.pipeline,
-        batch_id=marker["batch_id"] if marker else None,
-        committed_at_ms=marker["committed_at_ms"] if marker else None,
-        stall_since_ms=marker["stall_since_ms"] if marker else None,
+        batch_id=committed.batch_id,
+        committed_at_ms=committed.committed_at_ms,
+        stall_since_ms=committed.stall_since_ms,
         status=status,
         out_of_order=out_of_order(config, marker),
     )

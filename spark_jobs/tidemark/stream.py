@@ -49,9 +49,10 @@ from tidemark.identity import ensure_identity
 from tidemark.lease import Fenced, Lease, holder_record
 from tidemark.maintenance import InStreamMaintenance
 from tidemark.records import PARSED_COLUMNS as PARSED
+from tidemark.records import is_event_col, is_quarantined_col
 from tidemark.reset import reset_checkpoint
 from tidemark.retries import key_hash
-from tidemark.sources import is_event_col, parsed_source
+from tidemark.sources import parsed_source
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,7 +71,7 @@ def build_stream(spark: SparkSession, config: PipelineConfig, resume: ResumePoin
     from pyspark.sql import functions as F
 
     # The raw line is kept for the quarantine only: good rows do not cache it.
-    bad_raw = F.when(F.col("reason").isNotNull(), F.col("raw")).alias("raw")
+    bad_raw = F.when(is_quarantined_col(), F.col("raw")).alias("raw")
     parsed = parsed_source(spark, config, streaming=True, resume=resume).select(
         *(bad_raw if c == "raw" else c for c in PARSED)
     )

@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from tidemark import faults, storage
+from tidemark import faults, object_store, storage
 from tidemark.config import PipelineConfig
 from tidemark.identity import RunIdentity
 from tidemark.schemas import CREATE_OPTIONS
@@ -268,7 +268,7 @@ def open_table(path: str, version: int | None = None) -> DeltaTable:
     (:func:`tidemark.storage.delta_options`: none on a local disk)."""
     from deltalake import DeltaTable
 
-    with storage.reading(path):
+    with object_store.reading(path):
         return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
 
 
@@ -285,7 +285,7 @@ def open_if_exists(path: str) -> DeltaTable | None:
 def table_exists(path: str) -> bool:
     from deltalake import DeltaTable
 
-    with storage.reading(path):
+    with object_store.reading(path):
         return DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path))
 
 

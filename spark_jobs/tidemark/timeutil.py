@@ -11,6 +11,8 @@ import re
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from tidemark.errors import UsageError
+
 MS_PER_SECOND = 1_000
 MS_PER_MINUTE = 60 * MS_PER_SECOND
 MS_PER_HOUR = 60 * MS_PER_MINUTE
@@ -138,6 +140,15 @@ def format_instant_ms(ms: int | None) -> str:
         return "-"
     stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def check_range(start_ms: int | None, end_ms: int | None) -> None:
+    """Refuse a range ``[start, end)`` that holds no instant: a :class:`UsageError` "end (...) must
+    be after start (...)". Either end may be open (``None``)."""
+    if start_ms is not None and end_ms is not None and end_ms <= start_ms:
+        raise UsageError(
+            f"end ({format_instant_ms(end_ms)}) must be after start ({format_instant_ms(start_ms)})"
+        )
 
 
 def now_ms() -> int:

@@ -16,6 +16,9 @@ With ``L = 0`` a window is final when it closes.
 This module is the one place the rules are written: the stream (:mod:`tidemark.batch`) applies
 :meth:`TumblingWindows.is_closed` to a Spark column (the late flag of each event) and to pandas
 columns (late partial sums, windows to close), the recompute (:mod:`tidemark.reconcile`) to ints.
+:func:`start_of` is the window start; its Spark Column form is
+:func:`tidemark.aggregate.window_start_col` (``pmod``: Spark's ``%`` is a remainder, which differs
+for ``t < 0``), kept there because this module imports no pyspark, not even inside a function.
 """
 
 from __future__ import annotations
@@ -24,6 +27,18 @@ from dataclasses import dataclass
 
 # Where no watermark is yet (epoch ms): before the end of every window.
 NO_WATERMARK = -(2**63)
+
+
+def start_of(event_time_ms: int, size_ms: int) -> int:
+    """The start of the window of size ``size_ms`` holding ``event_time_ms``: ``t - (t mod S)``
+    with a floor modulo, so ``start_of(-1, 60_000) == -60_000``."""
+    return event_time_ms - (event_time_ms % size_ms)
+
+
+def covering(start_ms: int, end_ms: int, size_ms: int) -> tuple[int, int]:
+    """The whole windows covering ``[start, end)``: ``start`` down to its window's start, ``end``
+    up to the next window boundary (unchanged when on one)."""
+    return start_of(start_ms, size_ms), -start_of(-end_ms, size_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +53,11 @@ class TumblingWindows:
             raise ValueError(f"allowed lateness must not be negative, got {self.allowed_lateness_ms} ms")
 
     def start_of(self, event_time_ms: int) -> int:
-        return event_time_ms - (event_time_ms % self.size_ms)
+        return start_of(event_time_ms, self.size_ms)
+
+    def covering(self, start_ms: int, end_ms: int) -> tuple[int, int]:
+        """The whole windows covering ``[start, end)`` (:func:`covering`)."""
+        return covering(start_ms, end_ms, self.size_ms)
 
     def end_of(self, event_time_ms: int) -> int:
         return self.start_of(event_time_ms) + self.size_ms

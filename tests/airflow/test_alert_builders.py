@@ -12,7 +12,7 @@ from tidemark import schemas as S
 from tidemark.liveness import Liveness
 from tidemark.status import PipelineStatus
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
-from tidemark.watermark import STALLED, LaggingHost, WatermarkStatus
+from tidemark.watermark_status import STALLED, LaggingHost, WatermarkStatus
 from tidemark_airflow.alerts import (
     failure_alert,
     misaligned_alert,

@@ -1,5 +1,6 @@
 """Policy over the whole DagBag: every DAG imports, has docs, tags and retries, and parsing the
-DAG folder starts no Spark and opens no network connection."""
+DAG folder starts no Spark and opens no network connection. The DAG folder is parsed once per
+module (in a subprocess, as the DAG processor does) and each test checks one rule of it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import yaml
-from conftest import REPO
+from conftest import PIPELINES, REPO
 
 PARSE_PROBE = r"""
 import json, socket, sys
@@ -44,6 +46,7 @@ for dag_id, dag in bag.dags.items():
         "owner": dag.owner,
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
+        "params": {k: dag.params.get_param(k).value for k in dag.params.keys()},
     }
 print(json.dumps({
     "errors": {k: str(v).strip().splitlines()[-1] for k, v in bag.import_errors.items()},
@@ -78,62 +81,120 @@ def parse_dags() -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipelines_dir):
-    write_pipeline(pipelines_dir, "clicks", airflow={"reconcile_start": "2025-11-22T00:00:00Z"})
+@pytest.fixture(scope="module")
+def parsed():
+    """The DAG folder parsed once, with two pipelines: `clicks` (reconciled from a start date)
+    and `orders` (its own Spark pool, weekly maintenance). (parse result, before, after)."""
+    for old in PIPELINES.glob("*.y*ml"):
+        old.unlink()
+    write_pipeline(PIPELINES, "clicks", airflow={"reconcile_start": "2025-11-22T00:00:00Z"})
     write_pipeline(
-        pipelines_dir,
+        PIPELINES,
         "orders",
         airflow={"spark_pool": "spark_orders", "spark_pool_slots": 1},
         maintenance={"schedule": "0 2 * * 0"},
     )
-    before = datetime.now(UTC)
-    result = parse_dags()
-    after = datetime.now(UTC)
+    try:
+        before = datetime.now(UTC)
+        result = parse_dags()
+        return result, before, datetime.now(UTC)
+    finally:
+        for old in PIPELINES.glob("*.y*ml"):
+            old.unlink()
+
+
+@pytest.fixture(scope="module")
+def dags(parsed):
+    return parsed[0]["dags"]
+
+
+KINDS = [
+    "tidemark_reconciliation",
+    "tidemark_stream_supervisor",
+    "tidemark_watermark_monitor",
+    "tidemark_maintenance",
+]
+
+
+def test_every_dag_file_imports_without_errors_spark_or_network(parsed):
+    result, *_ = parsed
     assert result["errors"] == {}
-    assert result["heavy"] == []
-    kinds = [
-        "tidemark_reconciliation",
-        "tidemark_stream_supervisor",
-        "tidemark_watermark_monitor",
-        "tidemark_maintenance",
-    ]
-    assert sorted(result["dags"]) == sorted(f"{k}__{p}" for k in kinds for p in ("clicks", "orders"))
-    for dag_id, dag in result["dags"].items():
+    assert result["heavy"] == []  # the probe also refuses every socket connect
+
+
+def test_each_pipeline_gets_one_dag_of_each_kind(dags):
+    assert sorted(dags) == sorted(f"{k}__{p}" for k in KINDS for p in ("clicks", "orders"))
+
+
+def test_every_dag_is_tagged_tidemark_its_kind_and_its_pipeline(dags):
+    for dag_id, dag in dags.items():
         assert "tidemark" in dag["tags"] and len(dag["tags"]) >= 3, dag_id
-        assert all(r >= 1 for r in dag["retries"]), dag_id
+        assert dag_id.rsplit("__", 1)[1] in dag["tags"], dag_id
+    assert "maintenance" in dags["tidemark_maintenance__clicks"]["tags"]
+
+
+def test_every_task_retries(dags):
+    for dag_id, dag in dags.items():
+        assert dag["retries"] and all(r >= 1 for r in dag["retries"]), dag_id
+
+
+def test_every_dag_has_docs_and_the_tidemark_owner(dags):
+    for dag_id, dag in dags.items():
         assert dag["doc_md"], dag_id
         assert dag["owner"] == "tidemark", dag_id
-        # every failed run alerts (email + webhook), whatever task failed
+
+
+def test_every_failed_run_alerts_whatever_task_failed(dags):
+    # email + webhook, from the DAG's failure callback
+    for dag_id, dag in dags.items():
         assert dag["failure_callback"] == "RunFailureNotifier", dag_id
-    # the scheduler's runs of the reconciliation carry their hour as data interval: from
-    # reconcile_start, [00:00, 01:00) runs after 01:00, then [01:00, 02:00) (@hourly gave runs
-    # with an empty interval, which every scheduled and catchup run failed on)
-    assert result["dags"]["tidemark_reconciliation__clicks"]["intervals"] == [
+
+
+def test_the_reconciliation_is_scheduled_hour_by_hour_from_reconcile_start(dags):
+    # [00:00, 01:00) runs after 01:00, then [01:00, 02:00) (@hourly gave runs with an empty
+    # interval, which every scheduled and catchup run failed on)
+    assert dags["tidemark_reconciliation__clicks"]["intervals"] == [
         ["2025-11-22T00:00:00+00:00", "2025-11-22T01:00:00+00:00", "2025-11-22T01:00:00+00:00"],
         ["2025-11-22T01:00:00+00:00", "2025-11-22T02:00:00+00:00", "2025-11-22T02:00:00+00:00"],
     ]
-    # Spark tasks run in the pipeline's pool (default `spark`; `orders` sets its own)
-    assert result["dags"]["tidemark_reconciliation__clicks"]["pools"] == {
+
+
+def test_the_reconciliation_backfills_from_reconcile_start_and_the_monitors_never_overlap(dags):
+    assert dags["tidemark_reconciliation__clicks"]["catchup"] is True
+    assert dags["tidemark_reconciliation__orders"]["catchup"] is False
+    assert dags["tidemark_watermark_monitor__clicks"]["max_active_runs"] == 1
+    assert dags["tidemark_stream_supervisor__clicks"]["max_active_runs"] == 1
+
+
+def test_only_the_reconciliation_takes_params_and_they_default_to_its_scheduled_hour(dags):
+    # empty start and end: the run's own hour (their date-time form is checked in
+    # test_sensor_and_operators); the other DAGs take none
+    for dag_id, dag in dags.items():
+        expected = {"start": None, "end": None} if dag_id.startswith("tidemark_reconciliation__") else {}
+        assert dag["params"] == expected, dag_id
+
+
+def test_spark_tasks_run_in_the_pipelines_pool(dags):
+    # default `spark`; `orders` sets its own
+    assert dags["tidemark_reconciliation__clicks"]["pools"] == {
         "wait_for_watermark": "default_pool",
         "recompute_and_diff": "spark",
         "data_quality": "spark",
         "check_alignment": "default_pool",
     }
-    assert result["dags"]["tidemark_reconciliation__orders"]["pools"]["recompute_and_diff"] == "spark_orders"
-    assert result["dags"]["tidemark_stream_supervisor__orders"]["pools"]["start_stream"] == "spark_orders"
-    # hourly reconciliation backfills from reconcile_start; the monitors never catch up
-    assert result["dags"]["tidemark_reconciliation__clicks"]["catchup"] is True
-    assert result["dags"]["tidemark_reconciliation__orders"]["catchup"] is False
-    assert result["dags"]["tidemark_watermark_monitor__clicks"]["max_active_runs"] == 1
-    assert result["dags"]["tidemark_stream_supervisor__clicks"]["max_active_runs"] == 1
-    # table maintenance: one run at a time, no catchup, in the Spark pool, on maintenance.schedule
-    # (default 03:30 UTC daily; orders: Sundays at 02:00)
+    assert dags["tidemark_reconciliation__orders"]["pools"]["recompute_and_diff"] == "spark_orders"
+    assert dags["tidemark_stream_supervisor__orders"]["pools"]["start_stream"] == "spark_orders"
+    assert dags["tidemark_maintenance__clicks"]["pools"] == {"maintain": "spark"}
+    assert dags["tidemark_maintenance__orders"]["pools"] == {"maintain": "spark_orders"}
+
+
+def test_maintenance_runs_one_at_a_time_on_maintenance_schedule(parsed):
+    # default 03:30 UTC daily; orders: Sundays at 02:00. No start date: the first run is the next
+    # scheduled time after the DAG appears, at whatever time of day the test runs (Airflow's
+    # default would run 03:30 at once if it appeared before 05:54)
+    result, before, after = parsed
     maintenance = result["dags"]["tidemark_maintenance__clicks"]
     assert (maintenance["max_active_runs"], maintenance["catchup"]) == (1, False)
-    assert maintenance["pools"] == {"maintain": "spark"}
-    assert "maintenance" in maintenance["tags"]
-    # (no start date: the first run is the next scheduled time after the DAG appears, at whatever
-    # time of day the test runs; Airflow's default would run 03:30 at once if it appeared before 05:54)
     first, second = (datetime.fromisoformat(i[2]) for i in maintenance["intervals"])
     assert (first.hour, first.minute, second - first) == (3, 30, timedelta(days=1))
     assert before < first <= after + timedelta(days=1)
@@ -142,7 +203,6 @@ def test_every_dag_imports_with_docs_tags_retries_and_no_spark_or_network(pipeli
     )
     assert (first.isoweekday(), first.hour, second - first) == (7, 2, timedelta(days=7))
     assert before < first <= after + timedelta(days=7)
-    assert result["dags"]["tidemark_maintenance__orders"]["pools"] == {"maintain": "spark_orders"}
 
 
 def test_a_bad_pipeline_config_is_one_import_error_naming_the_key_and_the_others_load(pipelines_dir):

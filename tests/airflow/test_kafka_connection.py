@@ -8,7 +8,7 @@ import json
 
 import tidemark_airflow  # noqa: F401  (installs the Airflow connection reader)
 from tidemark.config import parse_config
-from tidemark.kafka import Secret, kafka_access
+from tidemark.kafka_access import Secret, kafka_access
 from tidemark_airflow.hooks import kafka_connection_env, submit_arguments
 
 SECRET = "kafka-airflow-held-secret"

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from helpers import listen_ports, oracle_good_records, oracle_window_counts, small_scenario, write_config
 
-from tidemark import liveness, revisions, storage
+from tidemark import liveness, object_store, revisions, storage
 from tidemark import tables as T
 from tidemark.generator import generate_files
 from tidemark.maintenance import MAINTAINED_FILE, plan
@@ -103,8 +103,8 @@ def run_pipeline(s3, root: Path):
     )
     local = root / "landing"
     truth = generate_files(small_scenario(), local)
-    storage.ensure_bucket(location)
-    storage.upload_tree(local, config.source.path)
+    object_store.ensure_bucket(location)
+    object_store.upload_tree(local, config.source.path)
     arrivals = _arrivals(config.source.path)
     record = storage.location(config.tables_root) / MAINTAINED_FILE
     storage.write_text_atomic(record, json.dumps({"maintained_at_ms": now_ms() - 3_600_000}))
@@ -124,7 +124,7 @@ def _arrivals(landing: str) -> dict[str, int]:
     """Each uploaded file's S3 LastModified (ms): what the stream sees as its arrival."""
     import pyarrow.fs as pafs
 
-    fs, root = storage.filesystem(landing)
+    fs, root = object_store.filesystem(landing)
     infos = fs.get_file_info(pafs.FileSelector(root))
     return {i.base_name: int(i.mtime.timestamp() * 1000) for i in infos if i.type == pafs.FileType.File}
 
@@ -132,9 +132,9 @@ def _arrivals(landing: str) -> dict[str, int]:
 def check_every_location_is_on_s3(pipeline) -> None:
     _path, config, _truth, _local, _arrivals, _log = pipeline
     assert all(storage.is_object_store(x) for x in storage.config_locations(config))
-    written = storage.list_files(config.tables_root)
+    written = object_store.list_files(config.tables_root)
     assert any(f.startswith("events/_delta_log/") for f in written)
-    checkpoint = storage.list_files(config.checkpoint)
+    checkpoint = object_store.list_files(config.checkpoint)
     assert any(f.startswith("offsets/") for f in checkpoint) and any(
         f.startswith("commits/") for f in checkpoint
     )
@@ -251,9 +251,9 @@ def check_the_secret_is_nowhere(pipeline, local_root: Path) -> None:
     object under the run's S3 location and every local file (logs, reports, GX, configs)."""
     secret = CREDENTIALS["AWS_SECRET_ACCESS_KEY"].encode()
     location = "s3a://tidemark-test/crash"
-    objects = storage.list_files(location)
+    objects = object_store.list_files(location)
     assert objects, "nothing written on S3"
-    leaks = [o for o in objects if secret in storage.ObjectPath(f"{location}/{o}").read_bytes()]
+    leaks = [o for o in objects if secret in object_store.ObjectPath(f"{location}/{o}").read_bytes()]
     leaks += [str(p) for p in local_root.rglob("*") if p.is_file() and secret in p.read_bytes()]
     assert not leaks, f"the storage secret is written in {leaks}"
 

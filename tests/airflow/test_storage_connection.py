@@ -9,7 +9,7 @@ import json
 import pytest
 
 import tidemark_airflow  # noqa: F401  (installs the Airflow connection reader)
-from tidemark import storage
+from tidemark import connections, storage
 from tidemark.config import parse_config
 from tidemark_airflow.hooks import storage_connection_env, submit_arguments
 
@@ -36,7 +36,7 @@ def config(monkeypatch):
 
 
 def test_the_airflow_side_reads_the_connection_for_every_client(config):
-    assert storage._connection_reader is not None  # Airflow's Connection.get, not the env fallback
+    assert connections._connection_reader is not None  # Airflow's Connection.get, not the env fallback
     options = storage.delta_options(config.table_path("windows"))
     assert options["AWS_ACCESS_KEY_ID"] == "AKIDAIRFLOW"
     assert options["AWS_SECRET_ACCESS_KEY"] == "airflow-held-secret"

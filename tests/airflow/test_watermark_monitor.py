@@ -23,7 +23,7 @@ from tidemark.generator import Scenario, generate_files
 from tidemark.status import read_status
 from tidemark.stream import run_stream
 from tidemark.timeutil import format_instant_ms
-from tidemark.watermark import ADVANCING, STALLED
+from tidemark.watermark_status import ADVANCING, STALLED
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 

@@ -76,7 +76,7 @@ def s3(tmp_path_factory):
 
 
 def _s3_config(tmp_path, url: str):
-    from tidemark import storage
+    from tidemark import object_store, storage_settings
 
     config = write_config(
         tmp_path,
@@ -85,8 +85,8 @@ def _s3_config(tmp_path, url: str):
         checkpoint="s3a://tidemark-lease/checkpoints/lease",
         storage={"endpoint": url, "path_style": True},
     )
-    storage.register(config)
-    storage.ensure_bucket(config.warehouse)
+    storage_settings.register(config)
+    object_store.ensure_bucket(config.warehouse)
     return config
 
 

@@ -33,7 +33,7 @@ def test_the_kafka_recompute_reads_the_range_and_the_chunks_holding_its_late_bac
     from confluent_kafka import Producer
 
     from tidemark.kafka import ensure_topic
-    from tidemark.reconcile import recompute_windows
+    from tidemark.recompute import recompute_windows
     from tidemark.sources import parsed_range
 
     minute, hour = 60_000, 3_600_000

@@ -22,7 +22,7 @@ from helpers import assert_exactly_once, small_scenario, write_config
 from kafka_secure import PLAIN_USERS, SCRAM_USERS, start_secure_broker
 
 from tidemark.config import ConfigError, load_config, parse_config
-from tidemark.kafka import KafkaAccessError, Secret, kafka_access
+from tidemark.kafka_access import KafkaAccessError, Secret, kafka_access
 
 PASSWORD_ENV = "TIDEMARK_KAFKA_PASSWORD"
 SECRET = 'canary-7Qz"p\\w'  # with a quote and a backslash: JAAS quoting

@@ -206,9 +206,9 @@ def test_maintenance_beside_a_live_stream_breaks_nothing(spark, tmp_path, monkey
     and over (the first time also changing every table's retention: a metadata commit racing the
     stream's writes). Events, late events and quarantine go through Spark's writer, the rest
     through delta-rs. The stream keeps committing, and the result equals the oracle exactly."""
-    import tidemark.batch as batch
+    import tidemark.batch_outputs as batch_outputs
 
-    monkeypatch.setattr(batch, "COLLECT_MAX_ROWS", 0)
+    monkeypatch.setattr(batch_outputs, "COLLECT_MAX_ROWS", 0)
     retried = []  # stream writes that lost their commit to a property change and were retried
 
     def metadata_changed(exc: BaseException, seen=T.metadata_changed) -> bool:

@@ -12,7 +12,8 @@ from helpers import oracle_window_counts, small_scenario, write_config
 
 from tidemark.cli import EXIT_MISALIGNED, EXIT_USAGE, build_parser, main
 from tidemark.generator import generate_files
-from tidemark.reconcile import recompute_windows, reconcile
+from tidemark.recompute import recompute_windows
+from tidemark.reconcile import reconcile
 from tidemark.stream import run_stream
 
 

@@ -14,7 +14,7 @@ from helpers import oracle_window_counts, write_config
 from tidemark.checkpoint import normalize_file
 from tidemark.generator import Scenario, iter_buckets, write_file
 from tidemark.pruning import list_landing
-from tidemark.reconcile import recompute_windows
+from tidemark.recompute import recompute_windows
 from tidemark.sources import parsed_range
 
 MINUTE = 60_000

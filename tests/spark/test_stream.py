@@ -144,13 +144,29 @@ def test_events_file_statistics_cover_the_filter_columns_only(spark, streamed):
     assert with_min == wanted  # event_id, key, value, source ... carry no statistics
 
 
-def test_running_again_changes_nothing(spark, streamed):
+def test_replaying_a_committed_batch_skips_it_and_changes_nothing(spark, streamed):
+    """Spark's commit of the last batch lost (a crash after the batch's commit marker, before
+    Spark's own commit): the restart replays that batch, which must be skipped whole."""
+    from deltalake import DeltaTable
+
     config, *_ = streamed
-    before = {t: _table(spark, config, t).count() for t in ("events", "windows", "late_events", "watermarks")}
-    processor = run_stream(spark, config, once=True, echo=lambda m: None)
-    after = {t: _table(spark, config, t).count() for t in before}
+    tables = ("events", "windows", "late_events", "quarantine", "watermarks")
+    before = {
+        t: (DeltaTable(config.table_path(t)).version(), _table(spark, config, t).count()) for t in tables
+    }
+    commits = Path(config.checkpoint) / "commits"
+    last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
+    for lost in (commits / str(last), commits / f".{last}.crc"):  # the log file and its checksum
+        lost.unlink(missing_ok=True)
+    lines: list[str] = []
+    processor = run_stream(spark, config, once=True, echo=lines.append)
+    assert [(s.batch_id, s.skipped) for s in processor.summaries] == [(last, True)]
+    assert f"[{config.pipeline}] batch {last}: already committed, replay skipped" in lines
+    assert (commits / str(last)).is_file()  # Spark committed the replay
+    after = {
+        t: (DeltaTable(config.table_path(t)).version(), _table(spark, config, t).count()) for t in tables
+    }
     assert after == before
-    assert not [s for s in processor.summaries if not s.skipped and s.events]
 
 
 def test_lost_checkpoint_against_existing_tables_refuses_to_start(streamed, tmp_path):
@@ -200,10 +216,10 @@ def test_large_batches_are_written_by_spark_with_the_same_result(spark, tmp_path
     writes and delta-rs commits (tidemark.filecommit)."""
     from deltalake import DeltaTable
 
-    import tidemark.batch as batch
+    import tidemark.batch_outputs as batch_outputs
     from tidemark.schemas import EVENTS_STATS_COLUMNS
 
-    monkeypatch.setattr(batch, "COLLECT_MAX_ROWS", 0)
+    monkeypatch.setattr(batch_outputs, "COLLECT_MAX_ROWS", 0)
     config = write_config(tmp_path, name="big")
     truth = generate_files(small_scenario(seed=17), config.source.path)
     run_stream(spark, config, once=True, echo=lambda m: None)

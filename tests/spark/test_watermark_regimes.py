@@ -20,7 +20,7 @@ from tidemark.progress import HostProgress
 from tidemark.reconcile import reconcile
 from tidemark.status import read_status
 from tidemark.stream import run_stream
-from tidemark.watermark import ADVANCING, STALLED
+from tidemark.watermark_status import ADVANCING, STALLED
 
 
 def regime(lag_share: float) -> Scenario:

@@ -1,4 +1,4 @@
-"""The count step's per-host grouping on the driver (tidemark.batch._per_host): the same counts
+"""The count step's per-host grouping on the driver (tidemark.batch_steps.per_host): the same counts
 and progress a plain loop over the batch's rows gives, the removed retry copies taken off."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tidemark.batch import _per_host
+from tidemark.batch_steps import per_host
 
 
 def rows_of(records: list[dict]) -> pa.Table:
@@ -56,7 +56,7 @@ def test_per_host_counts_equal_a_loop_over_the_rows():
     removed_hosts = [events[i]["host"] for i in rng.choice(len(events), 40, replace=False)]
     removed = pd.DataFrame({"host": removed_hosts, "event_time": np.zeros(40, np.int64)})
 
-    got = _per_host(rows_of(records), removed)
+    got = per_host(rows_of(records), removed)
 
     assert got.column_names == ["host", "progress_ms", "events", "heartbeats", "quarantined", "upstream_lw"]
     as_dict = {
@@ -70,5 +70,5 @@ def test_per_host_counts_equal_a_loop_over_the_rows():
 
 
 def test_an_empty_batch_has_no_host():
-    got = _per_host(rows_of([]), pd.DataFrame({"host": [], "event_time": []}))
+    got = per_host(rows_of([]), pd.DataFrame({"host": [], "event_time": []}))
     assert got.num_rows == 0

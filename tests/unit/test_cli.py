@@ -64,12 +64,12 @@ def _files(root):
 
 
 def test_a_pipeline_that_never_ran_gets_one_answer_from_every_command(tmp_path, capsys, monkeypatch):
-    from tidemark import cli
+    from tidemark import cli, sparkenv
 
     def no_jvm(*args, **kwargs):
         raise AssertionError("a Spark session was asked for")
 
-    monkeypatch.setattr(cli, "session_for", no_jvm)
+    monkeypatch.setattr(sparkenv, "session_for", no_jvm)
     config = write_config(tmp_path, name="clicks")
     before = _files(tmp_path)
     expected = f"tidemark: pipeline clicks has not run yet: no tables under {config.tables_root}"
@@ -124,12 +124,12 @@ def _s3_config(tmp_path, bucket: str, **storage_block):
 
 
 def _every_reader_says(tmp_path, capsys, monkeypatch, expected: str) -> None:
-    from tidemark import cli
+    from tidemark import sparkenv
 
     def no_jvm(*args, **kwargs):
         raise AssertionError("a Spark session was asked for")
 
-    monkeypatch.setattr(cli, "session_for", no_jvm)
+    monkeypatch.setattr(sparkenv, "session_for", no_jvm)
     for command in READERS:
         code = main([*command, "--config", str(tmp_path / "clicks.yaml")])
         out, err = capsys.readouterr()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemark import config as config_module
+from tidemark import config_schema, config_types
 from tidemark.config import ConfigError, PipelineConfig, ValidationConfig, load_config, parse_config
 from tidemark.timeutil import parse_duration_ms
 
@@ -105,7 +105,7 @@ def test_zero_needs_no_unit_and_python_callers_keep_int_milliseconds(tmp_path):
 )
 def test_spark_and_iso_8601_duration_forms_are_accepted(tmp_path, text, ms):
     assert parse_duration_ms(text) == ms
-    assert re.fullmatch(config_module.DURATION_PATTERN, text)  # the JSON Schema's pattern agrees
+    assert re.fullmatch(config_types.DURATION_PATTERN, text)  # the JSON Schema's pattern agrees
     config = load_config(_file(tmp_path, BASE_TEXT + f"dedup_horizon: '{text}'\n"))
     assert config.dedup_horizon == ms
 
@@ -253,7 +253,7 @@ def test_a_number_from_the_environment_still_needs_a_unit(tmp_path, monkeypatch)
 
 
 def _schema_text() -> str:
-    return json.dumps(config_module.config_json_schema(), indent=2) + "\n"
+    return json.dumps(config_schema.config_json_schema(), indent=2) + "\n"
 
 
 def test_the_committed_json_schema_is_the_generated_one():
@@ -271,7 +271,7 @@ def test_tidemark_schema_prints_it(capsys):
 
 
 def test_the_schema_documents_durations_as_strings_and_forbids_unknown_keys():
-    schema = config_module.config_json_schema()
+    schema = config_schema.config_json_schema()
     props = schema["properties"]
     assert "allowed_lateness" not in props and schema["additionalProperties"] is False
     trigger = props["trigger_interval"]
@@ -287,7 +287,7 @@ def test_example_configs_validate_against_the_schema():
     jsonschema = pytest.importorskip("jsonschema")
     import yaml
 
-    schema = config_module.config_json_schema()
+    schema = config_schema.config_json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     files = sorted([*(REPO / "examples").glob("*/*.yaml"), *(REPO / "docker" / "pipelines").glob("*.yaml")])

@@ -11,8 +11,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from tidemark.progress import SNAPSHOT_FACTOR, HostProgress
-from tidemark.watermark import evaluate_status, merge_progress, update_watermark
+from tidemark.progress import SNAPSHOT_FACTOR, HostProgress, merge_progress
+from tidemark.watermark import update_watermark
+from tidemark.watermark_status import evaluate_status
 
 BASE = 1_763_805_600_000
 
@@ -117,5 +118,19 @@ def test_population_with_and_without_an_expected_list(expected):
     assert one == other
 
 
-def test_merge_progress_mapping_form_runs_the_same_code():
+def test_merge_progress_keeps_each_hosts_maximum():
     assert merge_progress({"a": 5, "b": 9}, {"a": 7, "b": 3, "c": 1}) == {"a": 7, "b": 9, "c": 1}
+
+
+def test_a_state_from_a_mapping_is_the_state_before_the_first_batch():
+    assert len(HostProgress.from_mapping({})) == 0 and HostProgress.from_mapping({}).max_ms() is None
+    state = HostProgress.from_mapping({"a": 5, "b": 9})
+    assert state.to_table().to_pylist() == [
+        {"host": "a", "progress_ms": 5, "last_batch": 0},
+        {"host": "b", "progress_ms": 9, "last_batch": 0},
+    ]
+    assert state.max_ms() == 9
+    # batch 1 moves "a" only: its row alone is the change, stamped with batch 1
+    assert state.advance(["a", "b"], [7, 3], 1).changed.to_pylist() == [
+        {"host": "a", "progress_ms": 7, "last_batch": 1}
+    ]

@@ -1,5 +1,5 @@
 """The reconciliation report without Spark: its data from Delta tables written with delta-rs, its
-verdict from reconcile.alignment_summary, and its page rendered from autoescaped templates."""
+verdict from alignment.alignment_summary, and its page rendered from autoescaped templates."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pandas as pd
 from deltalake import write_deltalake
 from helpers import write_config
 
-from tidemark.reconcile import alignment_summary
-from tidemark.report import LagPoint, ReportData, WindowRow, load_report_data, write_report
+from tidemark.alignment import WindowResult, alignment_summary
+from tidemark.report import LagPoint, ReportData, load_report_data, write_report
 from tidemark.report_render import render_report
 
 T0 = 1_763_805_600_000
@@ -27,7 +27,16 @@ def _reconciliation(rows: list[dict]) -> pd.DataFrame:
 
 def test_report_escapes_every_name_it_did_not_write():
     hostile = "<script>alert(1)</script>"
-    window = WindowRow(T0, 990, 1000, 10, 10, 0.99, 0, late_by_host=[(f"h{hostile}", 10)])
+    window = WindowResult(
+        window_start_ms=T0,
+        stream_events=990,
+        batch_events=1000,
+        late_events=10,
+        abs_diff=10,
+        alignment=0.99,
+        unexplained=0,
+        late_by_host=[(f"h{hostile}", 10)],
+    )
     frame = pd.DataFrame(
         [
             {

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tidemark import storage
+from tidemark import object_store, storage
 from tidemark.config import ConfigError, parse_config
 from tidemark.resources import SetupError
 
@@ -128,8 +128,8 @@ def test_local_atomic_write_and_listing(tmp_path):
     assert json.loads(target.read_text()) == {"x": 2}
     (tmp_path / "a" / "c" / "d").mkdir(parents=True)
     (tmp_path / "a" / "c" / "d" / "e.parquet").write_bytes(b"1")
-    assert storage.list_files(str(tmp_path / "a")) == ["b.json", "c/d/e.parquet"]
-    assert storage.list_files(str(tmp_path / "missing")) == []
+    assert object_store.list_files(str(tmp_path / "a")) == ["b.json", "c/d/e.parquet"]
+    assert object_store.list_files(str(tmp_path / "missing")) == []
 
 
 def test_in_stream_maintenance_is_due_when_the_schedule_came_round(tmp_path):

@@ -9,20 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemark.watermark import (
-    ADVANCING,
-    PIPELINE_STAGES,
-    STALLED,
-    WAITING,
-    MonotonicWatermark,
-    StageMark,
-    WatermarkServer,
-    evaluate_status,
-    merge_progress,
-    precise_watermark,
-    required_hosts,
-    update_watermark,
-)
+from tidemark.progress import merge_progress
+from tidemark.watermark import MonotonicWatermark, precise_watermark, required_hosts, update_watermark
+from tidemark.watermark_stages import PIPELINE_STAGES, StageMark, WatermarkServer
+from tidemark.watermark_status import ADVANCING, STALLED, WAITING, evaluate_status
 
 
 def brute_force(progress: list[int], q: Fraction, population: int) -> int | None:
@@ -93,10 +83,6 @@ def test_eleven_lagging_hosts_hold_the_watermark_at_the_slowest_of_the_rest():
 def test_update_never_goes_below_previous():
     update = update_watermark({"a": 5, "b": 5}, 1.0, previous=9)
     assert update.watermark == 9 and not update.advanced
-
-
-def test_merge_progress_keeps_each_hosts_maximum():
-    assert merge_progress({"a": 5, "b": 9}, {"a": 7, "b": 3, "c": 1}) == {"a": 7, "b": 9, "c": 1}
 
 
 progress_lists = st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=200)
