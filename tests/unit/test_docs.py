@@ -140,3 +140,24 @@ def test_no_page_speaks_of_work_items(site):
             text = text.replace(allowed, "")
         found += [f"{path.name}: {m.group(0)!r}" for m in AUTHOR_FACING.finditer(text)]
     assert not found, found
+
+
+def test_the_room_to_tests_map_in_the_architecture_page_is_current():
+    """docs/architecture.md's map of which tests exercise each room is the one the script derives
+    from the tests' imports today (a new room or test file makes it stale)."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "test_map.py"), "--check"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_room_of_the_core_is_in_a_layer_of_the_import_contract():
+    """.importlinter's layers name every module and sub-package of tidemark/, so none escapes the
+    contract (a room in no layer may import anything)."""
+    text = (REPO / ".importlinter").read_text(encoding="utf-8")
+    layers = text.split("[importlinter:contract:layers]")[1].split("containers")[0].split("layers =")[1]
+    named = set(re.findall(r"[a-z_]+", layers))
+    core = REPO / "spark_jobs" / "tidemark"
+    rooms = {p.stem for p in core.glob("*.py") if p.stem != "__init__"}
+    rooms |= {p.name for p in core.iterdir() if (p / "__init__.py").is_file()}
+    assert rooms - named == set()
