@@ -32,6 +32,18 @@ def read_connection(conn_id: str) -> dict[str, Any]:
     return reader(conn_id)
 
 
+def connection_for(conn_id: str, field: str, error: Callable[[str], Exception]) -> dict[str, Any]:
+    """:func:`read_connection`, or ``error`` raised with one line naming the config ``field``,
+    the connection and why it could not be read."""
+    try:
+        return read_connection(conn_id)
+    except Exception as exc:  # no such connection, or not readable here
+        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+        raise error(
+            f"{field}: Airflow connection {conn_id!r} could not be read ({type(exc).__name__}: {detail})"
+        ) from None
+
+
 def _env_connection(conn_id: str) -> dict[str, Any]:
     """``AIRFLOW_CONN_<ID>`` (Airflow's JSON or URI form) as login, password and extra, outside
     Airflow (a process Airflow started passes the connection so: tidemark_airflow.hooks)."""

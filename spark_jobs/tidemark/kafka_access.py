@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.config import PipelineConfig
-from tidemark.connections import read_connection
+from tidemark.connections import connection_for
 from tidemark.errors import SetupError
 
 MASK = "***"
@@ -189,14 +189,9 @@ def kafka_access(config: PipelineConfig) -> KafkaAccess:
     who = f"pipeline {config.pipeline}: "
     username, password = sec.username, None
     if sec.airflow_connection:
-        try:
-            conn = read_connection(sec.airflow_connection)
-        except Exception as exc:  # no such connection, or not readable here
-            detail = str(exc).splitlines()[0] if str(exc) else "no detail"
-            raise KafkaAccessError(
-                f"{who}source.kafka.airflow_connection: Airflow connection {sec.airflow_connection!r} "
-                f"could not be read ({type(exc).__name__}: {detail})"
-            ) from None
+        conn = connection_for(
+            sec.airflow_connection, f"{who}source.kafka.airflow_connection", KafkaAccessError
+        )
         username = username or conn.get("login") or None
         if conn.get("password"):
             password = Secret(str(conn["password"]))

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Protocol
 
-from tidemark.connections import read_connection
+from tidemark.connections import connection_for
 from tidemark.errors import SetupError
 
 OBJECT_SCHEMES = ("s3a", "s3")
@@ -84,14 +84,7 @@ def credentials(storage: Settings) -> dict[str, str]:
 
 
 def _connection_credentials(conn_id: str) -> dict[str, str]:
-    try:
-        conn = read_connection(conn_id)
-    except Exception as exc:  # no such connection, or not readable here
-        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
-        raise SetupError(
-            f"storage.airflow_connection: Airflow connection {conn_id!r} could not be read "
-            f"({type(exc).__name__}: {detail})"
-        ) from None
+    conn = connection_for(conn_id, "storage.airflow_connection", SetupError)
     extra = conn.get("extra") or {}
     found = {
         "access_key": conn.get("login") or "",

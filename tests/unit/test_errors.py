@@ -94,3 +94,18 @@ def test_a_range_that_holds_no_instant_is_named_by_the_domain_and_by_the_cli():
     cli_line = r"^report: --end \(1970-01-01T00:00:00.001Z\) must be after --start"
     with pytest.raises(UsageError, match=cli_line):
         check_options_range("report", 2, 1)
+
+
+def test_an_unreadable_airflow_connection_is_one_line_naming_the_field_and_the_connection(monkeypatch):
+    from tidemark.connections import connection_for
+    from tidemark.errors import SetupError
+
+    monkeypatch.delenv("AIRFLOW_CONN_TM_ABSENT", raising=False)
+    with pytest.raises(SetupError) as caught:
+        connection_for("tm_absent", "storage.airflow_connection", SetupError)
+    assert str(caught.value) == (
+        "storage.airflow_connection: Airflow connection 'tm_absent' could not be read "
+        "(LookupError: AIRFLOW_CONN_TM_ABSENT is not set and this is not an Airflow process)"
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_TM_ABSENT", '{"login": "u", "password": "p"}')
+    assert connection_for("tm_absent", "storage.airflow_connection", SetupError)["login"] == "u"
