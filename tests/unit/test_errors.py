@@ -97,9 +97,12 @@ def test_a_range_that_holds_no_instant_is_named_by_the_domain_and_by_the_cli():
 
 
 def test_an_unreadable_airflow_connection_is_one_line_naming_the_field_and_the_connection(monkeypatch):
+    from tidemark import connections
     from tidemark.connections import connection_for
     from tidemark.errors import SetupError
 
+    # outside Airflow (another test in this process may have installed Airflow's own reader)
+    monkeypatch.setattr(connections, "_connection_reader", None)
     monkeypatch.delenv("AIRFLOW_CONN_TM_ABSENT", raising=False)
     with pytest.raises(SetupError) as caught:
         connection_for("tm_absent", "storage.airflow_connection", SetupError)
