@@ -335,3 +335,16 @@ def open_hour_report(page, section, pipeline: str, start: str):
     expect(report.locator("h1")).to_contain_text(f"Tidemark reconciliation — {pipeline}")
     expect(report.locator("#verdict")).to_have_text("stream agrees with batch")
     return report
+
+
+def files_holding(root: Path, needle: str, follow_symlinks: bool = True) -> list[str]:
+    """Every file under ``root`` whose bytes contain ``needle`` (a secret that must not be on disk)."""
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and (follow_symlinks or not path.is_symlink()):
+            try:
+                if needle.encode() in path.read_bytes():
+                    found.append(str(path))
+            except OSError:
+                pass
+    return found

@@ -12,10 +12,9 @@ import json
 import os
 import stat
 import time
-from pathlib import Path
 
 import pytest
-from helpers import write_config
+from helpers import files_holding, write_config
 
 pytestmark = [pytest.mark.airflow]
 
@@ -27,18 +26,6 @@ conn = os.environ.get("AIRFLOW_CONN_LAKE_S3", "")
 open(sys.argv[1], "w").write(hashlib.sha256(conn.encode()).hexdigest())
 time.sleep(600)
 """
-
-
-def _files_holding(root: Path, needle: str) -> list[str]:
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file():
-            try:
-                if needle.encode() in path.read_bytes():
-                    found.append(str(path))
-            except OSError:
-                pass
-    return found
 
 
 def test_the_connection_travels_in_the_environment_only(tmp_path, monkeypatch):
@@ -63,7 +50,7 @@ def test_the_connection_travels_in_the_environment_only(tmp_path, monkeypatch):
             assert hook.process.poll() is None, hook.tail()
             time.sleep(0.5)
         assert marker.read_text() == hashlib.sha256(conn.encode()).hexdigest(), "the job lost the connection"
-        leaks = _files_holding(tmp_path, SECRET)
+        leaks = files_holding(tmp_path, SECRET)
         assert not leaks, f"the secret is on disk in {leaks}"
         specs = list(hook.log_path.parent.glob("*submit*"))
         assert not specs, f"spec files left once the job started: {specs}"

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exactly_once, small_scenario, write_config
+from helpers import assert_exactly_once, files_holding, small_scenario, write_config
 from kafka_secure import PLAIN_USERS, SCRAM_USERS, start_secure_broker
 
 from tidemark.config import ConfigError, load_config, parse_config
@@ -212,19 +212,7 @@ def test_exactly_once_on_the_secured_broker_through_kills_equals_the_recompute(
     rows = parsed_range(spark, plain, scenario.start_ms, scenario.end_ms, prune=False).rows
     assert rows.count() == truth.lines
     print(f"kills {outcomes}; stream, kills and recompute took {time.monotonic() - started:.0f} s")
-    assert not _files_holding(tmp_path, SCRAM_USERS["tidemark"])
-
-
-def _files_holding(root: Path, needle: str) -> list[str]:
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            try:
-                if needle.encode() in path.read_bytes():
-                    found.append(str(path))
-            except OSError:
-                pass
-    return found
+    assert not files_holding(tmp_path, SCRAM_USERS["tidemark"], follow_symlinks=False)
 
 
 def test_a_wrong_password_fails_the_stream_and_the_publisher_in_one_bounded_line(
