@@ -31,6 +31,7 @@ die() { echo "spark-cluster: error: $*" >&2; exit 1; }
 say() { echo "spark-cluster: $*"; }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+master_at_url() { grep -q "Starting Spark master at $URL\$" "$DIR/master.log" 2>/dev/null && port_open "$PORT"; }
 
 spark_class() {
   [ -x "$PYTHON" ] || die "$PYTHON not found: run scripts/setup.sh"
@@ -71,6 +72,8 @@ spark.deploy.spreadOut true
 spark.worker.timeout 15
 spark.worker.cleanup.enabled true
 spark.worker.cleanup.appDataTtl 86400
+# A taken port is an error, not a reason to move to the next one: the master must be at \$URL.
+spark.port.maxRetries 0
 CONF
 }
 
@@ -96,12 +99,13 @@ start() {
     port_open "$UI_PORT" && die "port 127.0.0.1:$UI_PORT is in use by another process (set TIDEMARK_SPARK_MASTER_UI_PORT)"
     launch master "$DIR/master.log" org.apache.spark.deploy.master.Master \
       --host 127.0.0.1 --port "$PORT" --webui-port "$UI_PORT"
+    # The master's own log line, not an open port: another master may hold the port.
     for _ in $(seq 1 240); do
-      port_open "$PORT" && break
-      alive "$DIR/master.pid" || die "master exited during start-up; see $DIR/master.log"
+      master_at_url && break
+      alive "$DIR/master.pid" || die "master exited during start-up (port $PORT or $UI_PORT taken?); see $DIR/master.log"
       sleep 0.5
     done
-    port_open "$PORT" || die "master did not open $URL within 120 s; see $DIR/master.log"
+    master_at_url || die "master did not start at $URL within 120 s; see $DIR/master.log"
   fi
   local started=()
   for i in $(seq 1 "$WORKERS"); do

@@ -39,7 +39,9 @@ class SparkCluster:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        port = int(os.environ.get("TIDEMARK_SPARK_MASTER_PORT") or free_port(7077))
+        # Any free port, never a preferred one: two xdist workers each start a cluster, and both
+        # finding 7077 free at once once put both clusters' workers on one master.
+        port = int(os.environ.get("TIDEMARK_SPARK_MASTER_PORT") or free_port())
         self.ui_port = free_port()
         self.url = f"spark://127.0.0.1:{port}"
         self.env = {
