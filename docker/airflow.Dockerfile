@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Airflow 3.3 with Java 17, Tidemark's pinned requirements (pyspark 4.1.3, delta-spark, the Spark
-# provider) and the project installed, plus the Delta/Kafka jars baked in, so a task can
-# spark-submit to the cluster without touching the network.
+# provider) and the project installed, plus the Delta/Kafka jars (and OpenLineage's Spark listener,
+# in jars/lineage) baked in, so a task can spark-submit to the cluster without touching the network.
 #
 #   docker compose -f docker/docker-compose.yml build    (context: the repository root)
 #
@@ -15,9 +15,13 @@ ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
 FROM ${MAVEN_IMAGE} AS jars
 WORKDIR /build
 COPY scripts/jars/pom.xml pom.xml
+COPY scripts/lineage/pom.xml lineage.xml
 RUN mvn -q -B -f pom.xml \
       org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
-      -DoutputDirectory=/build/jars
+      -DoutputDirectory=/build/jars \
+ && mvn -q -B -f lineage.xml \
+      org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+      -DoutputDirectory=/build/jars/lineage
 
 # --- the Airflow image ---------------------------------------------------------------------------
 # hadolint ignore=DL3006

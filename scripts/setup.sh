@@ -106,6 +106,9 @@ fi
 # unpacked under .cache/java21 with its own glibc (scripts/java21.sh says why and how).
 if [ "$TEST_TOOLS" = 1 ]; then
   scripts/java21.sh >/dev/null
+  # Prometheus and promtool for the metrics tests, once under .cache/tools/prometheus
+  # (scripts/prometheus.sh says from where).
+  scripts/prometheus.sh >/dev/null
 fi
 
 # The venv's jar cache (tidemark.resources.jars_dir: <venv>/share/tidemark/jars) is the checkout's
@@ -122,6 +125,14 @@ if ! .venv/bin/python scripts/jars/check.py scripts/jars/pom.xml .cache/jars >/d
   mvn_fetch scripts/jars/pom.xml "$PWD/.cache/jars"
 fi
 .venv/bin/python scripts/jars/check.py scripts/jars/pom.xml .cache/jars --prune | sed 's/^/setup: /'
+# OpenLineage's Spark listener (43 MB), on a job's class path only when its pipeline asks for it
+# (tidemark.lineage): a directory of its own, so the driver's class archive stays keyed to the rest
+if ! .venv/bin/python scripts/jars/check.py scripts/lineage/pom.xml .cache/jars/lineage >/dev/null 2>&1; then
+  say "fetching the OpenLineage Spark listener into .cache/jars/lineage"
+  mkdir -p .cache/jars/lineage
+  mvn_fetch scripts/lineage/pom.xml "$PWD/.cache/jars/lineage"
+fi
+.venv/bin/python scripts/jars/check.py scripts/lineage/pom.xml .cache/jars/lineage --prune | sed 's/^/setup: /'
 if ! ls .cache/kafka/libs/kafka_2.13-*.jar >/dev/null 2>&1; then
   say "fetching the Kafka broker (KRaft) into .cache/kafka/libs"
   mvn_fetch scripts/kafka/pom.xml "$PWD/.cache/kafka/libs" -DincludeScope=runtime

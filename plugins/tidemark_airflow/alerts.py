@@ -1,4 +1,5 @@
-"""Alerts: email through Airflow's SMTP notifier and a JSON webhook, each sent once.
+"""Alerts: email through Airflow's SMTP notifier, a JSON webhook and Slack, each sent once, each
+with the links an operator acts on: its runbook and the dashboards.
 
 An alert has a stable ``alert_id`` (``stall:<pipeline>:<watermark>``, ...). Before a channel is
 used, a ledger kept in an Airflow Variable (``tidemark_alerts__<pipeline>``) is checked; after it
@@ -8,8 +9,15 @@ and the record) is covered at the receiver: the webhook payload carries ``alert_
 email a ``Message-ID`` derived from it, which receivers and mail clients use to drop the copy.
 
 Channels are Airflow connections named in the pipeline config (``alerts.smtp_conn_id``,
-``alerts.webhook_conn_id``): no address, URL or secret is written in code. A channel whose
+``alerts.webhook_conn_id``, ``alerts.slack_conn_id``: a Slack incoming webhook through the Slack
+provider's ``SlackWebhookNotifier``): no address, URL or secret is written in code. A channel whose
 connection does not exist is skipped with a warning; an alert with no channel at all fails loudly.
+
+Every alert carries ``links`` (:func:`alert_links`): ``runbook``, its section of the operations page
+of the documentation site (``alerts.docs_url`` + ``operations/#runbook-...``, stable anchors:
+:data:`RUNBOOKS`), ``tidemark_view``, the Tidemark view in the Airflow UI (Airflow's ``[api]
+base_url`` + ``/tidemark/``) and, with ``alerts.dashboard_url`` set, ``dashboard`` (Grafana). The
+email lists them under the text, the webhook's JSON has them, the Slack message links them.
 
 Every alert is made by one builder per kind, so its id, subject and body are written in one place:
 :func:`stall_alert`, :func:`recovery_alert`, :func:`restarts_alert`, :func:`misaligned_alert`,
@@ -22,7 +30,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseNotifier
@@ -45,6 +53,7 @@ class Alert:
     subject: str
     text: str
     details: dict[str, Any] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)  # label -> URL (alert_links)
 
     def payload(self) -> dict[str, Any]:
         return {"source": "tidemark", **asdict(self), "sent_at_ms": now_ms()}
@@ -52,7 +61,22 @@ class Alert:
     def html(self) -> str:
         from html import escape
 
-        return f"<h3>{escape(self.subject)}</h3><pre>{escape(self.text)}</pre>"
+        listed = "".join(
+            f'<li><a href="{escape(url)}">{escape(LINK_NAMES.get(label, label))}</a></li>'
+            for label, url in self.links.items()
+        )
+        return f"<h3>{escape(self.subject)}</h3><pre>{escape(self.text)}</pre>" + (
+            f"<ul>{listed}</ul>" if listed else ""
+        )
+
+    def slack_text(self) -> str:
+        """The Slack message (mrkdwn): the subject in bold, the text as a block, then the links."""
+
+        def esc(text: str) -> str:  # Slack's three control characters
+            return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+        links = " · ".join(f"<{url}|{LINK_NAMES.get(label, label)}>" for label, url in self.links.items())
+        return f"*{esc(self.subject)}*\n```{esc(self.text)}```" + (f"\n{links}" if links else "")
 
     @property
     def message_id(self) -> str:
@@ -142,6 +166,43 @@ def _variable_model():
     return Variable
 
 
+# The runbook of each kind of alert: a stable anchor of a section of docs/operations.md.
+# (each heading there carries it as an explicit {#id}, so rewording a heading keeps the links)
+RUNBOOKS = {
+    "stall": "runbook-the-watermark-stalled",
+    "recovery": "runbook-the-watermark-stalled",
+    "restarts": "runbook-a-dead-stream",
+    "misaligned": "runbook-a-misaligned-hour",
+    "quality": "runbook-a-failing-data-quality-suite",
+    "failure": "runbook-a-failed-run",
+}
+LINK_NAMES = {"runbook": "Runbook", "tidemark_view": "Tidemark view", "dashboard": "Dashboard"}
+OPERATIONS_PAGE = "operations/"  # docs/operations.md on the mkdocs site (directory URLs)
+
+
+def alert_links(config: PipelineConfig, kind: str) -> dict[str, str]:
+    """The links of an alert of ``kind``: its runbook on the documentation site, the Tidemark view
+    in the Airflow UI and, when configured, the pipeline's dashboard (``alerts.dashboard_url``)."""
+    from airflow.sdk.configuration import conf
+
+    cfg = config.alerts
+    links = {"runbook": f"{cfg.docs_url.rstrip('/')}/{OPERATIONS_PAGE}#{RUNBOOKS[kind]}"}
+    airflow = (conf.get("api", "base_url", fallback=None) or "http://localhost:8080").rstrip("/")
+    links["tidemark_view"] = f"{airflow}/tidemark/"
+    if cfg.dashboard_url:
+        links["dashboard"] = cfg.dashboard_url
+    return links
+
+
+def slack_notifier(alert: Alert, conn_id: str) -> BaseNotifier:
+    """The Slack provider's ``SlackWebhookNotifier`` posting the alert to the incoming webhook of
+    the connection ``conn_id`` (type ``slackwebhook``: the webhook URL, or its token with the host,
+    in the password)."""
+    from airflow.providers.slack.notifications.slack_webhook import SlackWebhookNotifier
+
+    return SlackWebhookNotifier(slack_webhook_conn_id=conn_id, text=alert.slack_text(), unfurl_links=False)
+
+
 def webhook_notifier(alert: Alert, conn_id: str, endpoint: str) -> BaseNotifier:
     """The HTTP provider's ``HttpNotifier`` POSTing the alert as JSON to the webhook connection.
 
@@ -175,11 +236,13 @@ def _connection_exists(conn_id: str) -> bool:
 def send(
     alert: Alert, config: PipelineConfig, context: Any = None, ledger: AlertLedger | None = None
 ) -> list[str]:
-    """Send ``alert`` on every configured channel it was not yet sent on; return those used."""
+    """Send ``alert``, with its links (:func:`alert_links`), on every configured channel it was
+    not yet sent on; return those used."""
     from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
     ledger = ledger or AlertLedger(config.pipeline)
     cfg = config.alerts
+    alert = replace(alert, links={**alert_links(config, alert.kind), **alert.links})
     notifiers: dict[str, BaseNotifier] = {}
     if cfg.email_to and _connection_exists(cfg.smtp_conn_id):
         notifiers["email"] = SmtpNotifier(
@@ -195,10 +258,12 @@ def send(
         )
     if _connection_exists(cfg.webhook_conn_id):
         notifiers["webhook"] = webhook_notifier(alert, cfg.webhook_conn_id, cfg.webhook_endpoint)
+    if _connection_exists(cfg.slack_conn_id):
+        notifiers["slack"] = slack_notifier(alert, cfg.slack_conn_id)
     if not notifiers:
         raise RuntimeError(
-            f"alert {alert.alert_id} has no channel: define Airflow connection {cfg.webhook_conn_id!r} "
-            f"and/or {cfg.smtp_conn_id!r} with alerts.email_to in the pipeline config"
+            f"alert {alert.alert_id} has no channel: define Airflow connection {cfg.webhook_conn_id!r}, "
+            f"{cfg.slack_conn_id!r} and/or {cfg.smtp_conn_id!r} with alerts.email_to in the pipeline config"
         )
     key = run_key(context)
     if key and alert.kind != "failure" and ledger.run_alert(key) != alert.alert_id:
@@ -290,17 +355,21 @@ def restarts_alert(
 
 
 def misaligned_alert(config: PipelineConfig, summary: Mapping[str, Any]) -> Alert:
-    """Windows of an interval below target, or unexplained differences (``interval_summary``)."""
+    """Windows of an interval below target, or unexplained differences (``interval_summary``). The
+    text names a few of the records behind an unexplained difference with their hosts, and the
+    totals (``summary["unexplained_records"]``); the details carry them."""
     start, end = summary["start_ms"], summary["end_ms"]
+    span = f"{format_instant_ms(start)} .. {format_instant_ms(end)}"
+    what = (
+        f"{len(summary['misaligned'])} windows below {summary['target']} in {span}"
+        if summary["misaligned"] or not summary.get("unexplained")
+        else f"{summary['unexplained']:,} record(s) unexplained in {span}"
+    )
     return Alert(
         alert_id=f"misaligned:{config.pipeline}:{start}:{end}:{summary['reconciled_at_ms']}",
         pipeline=config.pipeline,
         kind="misaligned",
-        subject=_subject(
-            config.pipeline,
-            f"{len(summary['misaligned'])} windows below {summary['target']} in "
-            f"{format_instant_ms(start)} .. {format_instant_ms(end)}",
-        ),
+        subject=_subject(config.pipeline, what),
         text=summary["text"],
         details={k: v for k, v in summary.items() if k != "text"},
     )

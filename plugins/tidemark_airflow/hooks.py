@@ -84,10 +84,14 @@ def submit_arguments(
     (:mod:`tidemark.storage`) and its storage connection travels in the environment, as does the
     Kafka connection of a secured Kafka source (:func:`kafka_connection_env`).
     """
-    from tidemark import storage
+    from tidemark import lineage, storage
     from tidemark.sparkenv import cached_jars, driver_class_path, jvm_conf
 
-    all_jars = [*cached_jars(), *(storage.spark_jars(config) if config is not None else [])]
+    all_jars = [
+        *cached_jars(),
+        *(storage.spark_jars(config) if config is not None else []),
+        *(lineage.spark_jars(config) if config is not None else []),  # lineage.spark_listener
+    ]
     # settings, never credentials: those would show on spark-submit's command line; the driver
     # reads them from the connection in its environment (tidemark.sparkenv.session_for)
     s3_conf = {
@@ -117,6 +121,33 @@ def submit_arguments(
             **(env_vars or {}),
         },
     }
+
+
+def lineage_env(context: Any) -> dict[str, str]:
+    """The environment that makes a Tidemark job's OpenLineage run (:mod:`tidemark.lineage`) the
+    child of this task's run: ``OPENLINEAGE_PARENT_ID`` and ``OPENLINEAGE_ROOT_PARENT_ID`` from the
+    OpenLineage provider's macros, and the provider's transport when it is configured in Airflow's
+    ``[openlineage]`` section rather than the environment the job inherits. Nothing when the
+    provider is not installed or OpenLineage is off in Airflow."""
+    try:
+        from airflow.providers.openlineage import conf as ol_conf
+        from airflow.providers.openlineage.plugins.macros import lineage_parent_id, lineage_root_parent_id
+    except ImportError:
+        return {}
+    if ol_conf.is_disabled():
+        return {}
+    from tidemark.lineage import PARENT_ENV, ROOT_PARENT_ENV
+
+    ti = context["ti"]
+    env = {PARENT_ENV: lineage_parent_id(ti), ROOT_PARENT_ENV: lineage_root_parent_id(ti)}
+    if not os.environ.get("OPENLINEAGE_URL") and not any(
+        k.startswith("OPENLINEAGE__TRANSPORT") for k in os.environ
+    ):
+        if transport := ol_conf.transport():
+            env["OPENLINEAGE__TRANSPORT"] = json.dumps(transport)  # env, never argv: it may hold a key
+        if path := ol_conf.config_path(check_legacy_env_var=False):
+            env["OPENLINEAGE_CONFIG"] = path
+    return env
 
 
 def storage_connection_env(config: PipelineConfig) -> dict[str, str]:

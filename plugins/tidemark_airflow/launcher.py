@@ -7,7 +7,10 @@ Starts, under ``var/platform/`` (or ``--root``):
   generated password is printed (nothing is hard-coded in the repository);
 * a live generator writing the landing zone with event time ~ now (``tidemark generate --live``),
   starting with the history since the start of the previous hour, so one complete past hour is
-  there at once;
+  there at once; in it one host (the precision lets exactly one lag) is cut off for minutes
+  27-31 of the history, so its records of the minutes before the stream's 30-minute batch
+  boundary (60 files of 10 s a batch) arrive after their windows closed, within the allowed
+  lateness: the past hour's on-time pass shows them missing, its final pass folded in;
 * the pipeline config ``pipelines/live.yaml``, which makes the Tidemark DAGs appear, with
   ``airflow.reconcile_start`` at that past hour, and the Airflow pool its Spark tasks run in. The
   stream supervisor DAG then starts the streaming job with the Spark provider and keeps it alive;
@@ -37,6 +40,8 @@ from tidemark_airflow.pipelines import load_pipeline
 from tidemark_airflow.pools import sync_pools
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# the landing files' span and how many a batch takes: a batch covers 10 minutes of the history
+FILE_SPAN_S, FILES_PER_TRIGGER = 10, 60
 
 
 def dags_folder() -> Path:
@@ -55,11 +60,13 @@ class Platform:
         minutes: int = 240,
         rate: int = 6,
         users: str = "admin:admin",
+        allowed_lateness: str = "1h",
     ) -> None:
         self.root = root.resolve()
         self.users = users  # Simple auth manager's "user:role,..." (passwords are generated)
         self.port = port
         self.hosts, self.minutes, self.rate = hosts, minutes, rate
+        self.allowed_lateness = allowed_lateness  # window.allowed_lateness of the live pipeline
         self.processes: dict[str, subprocess.Popen] = {}
         self.bin = Path(sys.executable).parent
         self.pipelines = self.root / "pipelines"
@@ -102,11 +109,16 @@ class Platform:
         config = {
             "pipeline": "live",
             # the history's files come at once: a batch takes up to 60 of them (10 minutes)
-            "source": {"kind": "files", "path": str(self.root / "landing"), "max_files_per_trigger": 60},
+            "source": {
+                "kind": "files",
+                "path": str(self.root / "landing"),
+                "max_files_per_trigger": FILES_PER_TRIGGER,
+            },
             "warehouse": str(self.root / "warehouse"),
             "checkpoint": str(self.root / "checkpoints" / "live"),
-            "window": "1m",
-            "watermark": {"precision": 0.999},
+            "window": {"size": "1m", "allowed_lateness": self.allowed_lateness},
+            # exactly one host may lag (1 - 1/N): the one the generator cuts off
+            "watermark": {"precision": round(1 - 1 / self.hosts, 6)},
             "trigger_interval": "10s",
             "spark": {"shuffle_partitions": 2},
             "airflow": {"reconcile_start": format_instant_ms(self.first_hour_ms), "reconcile_grace": "2m"},
@@ -156,7 +168,9 @@ class Platform:
                 "--rate",
                 str(self.rate),
                 "--file-span",
-                "10",
+                str(FILE_SPAN_S),
+                # one host cut off across the stream's batch boundary at minute 30 of the history
+                *("--lag-share", str(1 / self.hosts), "--lag-start", "27", "--lag-minutes", "4"),
             ],
         )
         for component in COMPONENTS:

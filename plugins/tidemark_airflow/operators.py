@@ -29,7 +29,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseBranchOperator, BaseOperator, Context
 
 from tidemark_airflow.context import interval_ms
-from tidemark_airflow.hooks import StreamProcessHook, submit_arguments
+from tidemark_airflow.hooks import StreamProcessHook, lineage_env, submit_arguments
 from tidemark_airflow.pipelines import entrypoint, load_pipeline
 
 
@@ -73,7 +73,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
             application_args=[*self.job_args(context), *(self.application_args or [])],
             conf=self.conf,
             jars=self.jars,
-            env_vars=self.env_vars,
+            env_vars={**lineage_env(context), **(self.env_vars or {})},
             config=load_pipeline(self.config_path).config,
         )
         self.jars, self.conf = args["jars"], args["conf"]
@@ -85,10 +85,19 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
 
 
 class ReconcileSubmitOperator(TidemarkSparkSubmitOperator):
-    """Recompute the run's interval from the raw data and diff it with the stream (Spark job)."""
+    """Recompute the run's interval from the raw data and diff it with the stream (Spark job), as
+    the ``reconcile_pass`` (``on_time`` or ``final``, :mod:`tidemark.passes`) of the interval.
 
-    def __init__(self, **kwargs: Any) -> None:
+    The job replaces the interval's ``reconciliation`` rows and its pass's row in
+    ``reconciliation_passes`` (idempotent: a re-run writes the same rows). The pass's figures are
+    the ``pass`` XCom and, when the task has outlets, the extra of its Asset events.
+    """
+
+    def __init__(self, *, reconcile_pass: str = "final", **kwargs: Any) -> None:
+        from tidemark.passes import check_pass
+
         super().__init__(job="reconcile_job", **kwargs)
+        self.reconcile_pass = check_pass(reconcile_pass)
 
     def job_args(self, context: Context) -> list[str]:
         from tidemark.timeutil import format_instant_ms
@@ -101,7 +110,20 @@ class ReconcileSubmitOperator(TidemarkSparkSubmitOperator):
             format_instant_ms(start),
             "--end",
             format_instant_ms(end),
+            "--pass",
+            self.reconcile_pass,
         ]
+
+    def execute(self, context: Context) -> None:
+        from tidemark_airflow.reconciliation import recorded_pass
+
+        super().execute(context)
+        start, end = interval_ms(context)
+        figures = recorded_pass(load_pipeline(self.config_path).config, self.reconcile_pass, start, end)
+        self.log.info("%s pass: %s", self.reconcile_pass, figures)
+        context["ti"].xcom_push(key="pass", value=figures)
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = figures
 
 
 class DataQualitySubmitOperator(TidemarkSparkSubmitOperator):
@@ -229,7 +251,11 @@ class StreamLauncherOperator(BaseOperator):
         hook = StreamProcessHook(config)
         extra = {"name": "tidemark-stream_job", **self.submit}
         args = submit_arguments(
-            conn_id=self.conn_id, application_args=["--config", self.config_path], config=config, **extra
+            conn_id=self.conn_id,
+            application_args=["--config", self.config_path],
+            config=config,
+            env_vars=lineage_env(context),
+            **extra,
         )
         pid = hook.start_detached(entrypoint("stream_job"), args, {"dag_run": str(context.get("run_id"))})
         try:
@@ -336,8 +362,10 @@ class WatermarkMonitorOperator(BaseOperator):
 class ReconciliationGateOperator(BaseOperator):
     """Read the reconciliation rows of the run's interval; alert and fail if a window misses target.
 
-    Runs after the recompute-and-diff. Passing, it publishes the DAG's outlet Asset event with the
-    interval and its figures, so downstream consumers start only on reconciled hours.
+    Runs after the final pass (every window final) and the quality suites: the target is checked
+    on the final alignment. Passing, it publishes the DAG's outlet Asset event with the interval,
+    its figures and both passes' (``passes``), so downstream consumers start only on reconciled
+    hours.
     """
 
     template_fields = ("config_path",)
@@ -349,9 +377,10 @@ class ReconciliationGateOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from tidemark.passes import FINAL
         from tidemark.timeutil import format_instant_ms
         from tidemark_airflow.alerts import misaligned_alert, send
-        from tidemark_airflow.reconciliation import interval_summary
+        from tidemark_airflow.reconciliation import interval_passes, interval_summary
 
         config = load_pipeline(self.config_path).config
         start, end = interval_ms(context)
@@ -363,13 +392,20 @@ class ReconciliationGateOperator(BaseOperator):
             raise AirflowFailException(alert.subject)
         if summary["open"]:
             raise RuntimeError(f"{summary['open']} windows of the interval are still open; retrying later")
+        passes = interval_passes(config, start, end)
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {
                 "pipeline": config.pipeline,
+                "pass": FINAL,
                 "start": format_instant_ms(start),
                 "end": format_instant_ms(end),
                 "windows": summary["windows"],
+                "windows_final": summary["windows_final"],
                 "aligned_share": summary["aligned_share"],
                 "worst_alignment": summary["worst_alignment"],
+                "worst_ontime_alignment": summary["worst_ontime_alignment"],
+                "late_folded": summary["late_folded"],
+                # the hour's two passes as recorded (tidemark.passes): on time, then final
+                "passes": passes,
             }
-        return {k: v for k, v in summary.items() if k != "text"}
+        return {k: v for k, v in summary.items() if k != "text"} | {"passes": passes}

@@ -96,10 +96,37 @@ def entrypoint(name: str) -> str:
     return str(shipped(name))
 
 
-def reconciled_asset(pipeline: str):
-    """The Asset a reconciled hour of ``pipeline`` publishes (its event's extra holds the figures)."""
+def table_asset_uri(config: PipelineConfig, table: str) -> str:
+    """The Asset URI of one of the pipeline's Delta tables, by the providers' conventions:
+    ``file:///<warehouse>/<pipeline>/<table>`` (common-io) on a local disk,
+    ``s3://<bucket>/<key>`` (amazon) for an ``s3a://`` warehouse. Airflow's OpenLineage provider
+    turns them into the dataset names Tidemark's own run events use (:mod:`tidemark.lineage`)."""
+    from tidemark.lineage import asset_uri
+
+    return asset_uri(config.table_path(table))
+
+
+def reconciled_asset(config: PipelineConfig):
+    """The Asset a reconciled hour of ``config``'s pipeline publishes (its event's extra holds the
+    figures): the ``windows`` table, whose hour consumers may now read."""
     from airflow.sdk import Asset
 
     return Asset(
-        name=f"tidemark.{pipeline}.reconciled", uri=f"tidemark://{pipeline}/reconciled", group="tidemark"
+        name=f"tidemark.{config.pipeline}.reconciled",
+        uri=table_asset_uri(config, "windows"),  # tidemark.schemas.WINDOWS (no pyarrow at parse time)
+        group="tidemark",
+    )
+
+
+def reconciled_on_time_asset(config: PipelineConfig):
+    """The Asset the on-time pass of an hour of ``config``'s pipeline publishes (every window
+    closed, not yet final; its event's extra holds the pass's figures): the
+    ``reconciliation_passes`` table, which holds that pass's row. Not gated: the target is checked
+    on the final pass, which publishes :func:`reconciled_asset`."""
+    from airflow.sdk import Asset
+
+    return Asset(
+        name=f"tidemark.{config.pipeline}.reconciled_on_time",
+        uri=table_asset_uri(config, "reconciliation_passes"),  # tidemark.schemas.RECONCILIATION_PASSES
+        group="tidemark",
     )

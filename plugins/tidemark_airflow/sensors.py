@@ -1,5 +1,6 @@
-"""Sensors: wait until the precise watermark has passed a time (deferrable as Airflow's
-``[operators] default_deferrable`` says, unless told)."""
+"""Sensors: wait until a reconciliation pass is due, i.e. until the precise watermark has closed
+(``on_time``) or made final (``final``) every window of the run's interval (deferrable as
+Airflow's ``[operators] default_deferrable`` says, unless told)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.configuration import conf
 
 from tidemark_airflow.context import interval_ms
-from tidemark_airflow.triggers import WatermarkTrigger, committed_watermark
+from tidemark_airflow.triggers import WatermarkTrigger, pass_check
 
 
 class WatermarkSensor(BaseSensorOperator):
-    """Succeeds once the pipeline's committed watermark >= the run's interval end + ``grace_ms``.
+    """Succeeds once ``reconcile_pass`` of the run's interval is due: every window of it closed
+    (``on_time``: ``TumblingWindows.is_closed``) or final (``final``: ``TumblingWindows.is_final``,
+    the watermark past each window's end + ``window.allowed_lateness``) by the pipeline's committed
+    watermark less ``grace_ms`` (``airflow.reconcile_grace``, a small extra margin). The decision
+    is :func:`tidemark.passes.pass_due`'s, the same the trigger makes.
 
     The interval is the run's data interval, or the ``start``/``end`` params of a manual run.
     Deferrable when ``deferrable=True``, or when not given and Airflow's ``[operators]
@@ -31,15 +36,19 @@ class WatermarkSensor(BaseSensorOperator):
         self,
         *,
         config_path: str,
+        reconcile_pass: str = "on_time",
         grace_ms: int = 0,
         poll_interval: float = 30.0,
         deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        from tidemark.passes import check_pass
+
         kwargs.setdefault("timeout", timedelta(days=1).total_seconds())
         kwargs.setdefault("mode", "reschedule")
         super().__init__(poke_interval=poll_interval, **kwargs)
         self.config_path = config_path
+        self.reconcile_pass = check_pass(reconcile_pass)
         self.grace_ms = grace_ms
         self.poll_interval = poll_interval
         self.deferrable = (
@@ -48,20 +57,29 @@ class WatermarkSensor(BaseSensorOperator):
             else deferrable
         )
 
-    def target_ms(self, context) -> int:
-        return interval_ms(context)[1] + self.grace_ms
-
     def poke(self, context) -> bool:
-        watermark, state = committed_watermark(self.config_path)
-        target = self.target_ms(context)
-        self.log.info("watermark %s (%s), waiting for %s", watermark, state, target)
-        return watermark is not None and watermark >= target
+        start, end = interval_ms(context)
+        due, watermark, state = pass_check(self.config_path, self.reconcile_pass, start, end, self.grace_ms)
+        self.log.info(
+            "watermark %s (%s): the %s pass of %s..%s is %s (grace %s ms)",
+            watermark,
+            state,
+            self.reconcile_pass,
+            start,
+            end,
+            "due" if due else "not due yet",
+            self.grace_ms,
+        )
+        return due
 
     def execute(self, context) -> Any:
         if not self.deferrable or self.poke(context):
             return super().execute(context) if not self.deferrable else None
+        start, end = interval_ms(context)
         self.defer(
-            trigger=WatermarkTrigger(self.config_path, self.target_ms(context), self.poll_interval),
+            trigger=WatermarkTrigger(
+                self.config_path, start, end, self.reconcile_pass, self.grace_ms, self.poll_interval
+            ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),
         )
@@ -70,6 +88,9 @@ class WatermarkSensor(BaseSensorOperator):
         if event.get("status") != "passed":
             raise RuntimeError(f"watermark wait failed: {event.get('message')}")
         self.log.info(
-            "watermark %s passed %s (%s)", event["watermark_ms"], self.target_ms(context), event["state"]
+            "watermark %s (%s): the %s pass is due",
+            event["watermark_ms"],
+            event["state"],
+            self.reconcile_pass,
         )
         return event

@@ -98,7 +98,9 @@ def _quality_root(pipeline: Pipeline) -> Path:
 
 def report_links(pipeline: Pipeline, root: str = "") -> dict[str, Any]:
     """Hrefs of the pipeline's published pages: ``pages`` by label (latest report, Data Docs,
-    validation history) and ``hours`` (one report per reconciled range, newest first)."""
+    validation history) and ``hours``: each reconciled range, newest first, with its published
+    report (``href``, None until the final pass published it) and its recorded reconciliation
+    ``passes`` by name (``on_time``, ``final``: :mod:`tidemark.passes`)."""
     from tidemark.report import range_reports, report_locations
     from tidemark.timeutil import format_instant_ms
 
@@ -108,15 +110,33 @@ def report_links(pipeline: Pipeline, root: str = "") -> dict[str, Any]:
         label: prefix + path.relative_to(base).as_posix()
         for label, path in report_locations(pipeline.config).items()
     }
+    reports = {
+        (r.start_ms, r.end_ms): prefix + r.path.relative_to(base).as_posix()
+        for r in range_reports(pipeline.config)
+    }
+    passes = _passes(pipeline)
     hours = [
         {
-            "start": format_instant_ms(r.start_ms),
-            "end": format_instant_ms(r.end_ms),
-            "href": prefix + r.path.relative_to(base).as_posix(),
+            "start": format_instant_ms(start),
+            "end": format_instant_ms(end),
+            "href": reports.get((start, end)),
+            "passes": {name: p.to_dict() for name, p in passes.get((start, end), {}).items()},
         }
-        for r in range_reports(pipeline.config)[:HOUR_REPORTS_LISTED]
+        for start, end in sorted(set(reports) | set(passes), reverse=True)[:HOUR_REPORTS_LISTED]
     ]
     return {"pages": pages, "hours": hours}
+
+
+def _passes(pipeline: Pipeline) -> dict[tuple[int, int], dict[str, Any]]:
+    """The pipeline's recorded reconciliation passes by range; none when they cannot be read (the
+    dashboard then shows why)."""
+    from tidemark.passes import passes_by_range, read_passes
+
+    try:
+        return passes_by_range(read_passes(pipeline.config))
+    except Exception as exc:  # one unreadable table must not hide the rest of the page
+        log.warning("reconciliation passes of %s unreadable: %s", pipeline.name, exc)
+        return {}
 
 
 def pipeline_summary(pipeline: Pipeline, root: str = "") -> tuple[dict[str, Any], Any]:

@@ -15,7 +15,12 @@ Per window (summed over keys), the stream's side at its latest revision:
 * ``unexplained`` ``batch - stream - late``: 0 when exactly-once holds;
 * ``ontime_events`` / ``ontime_alignment`` what revision 0 held when the window closed;
   ``late_folded`` late records folded into revisions; ``revisions`` rows after the first;
-  ``final`` the watermark passed window end + allowed lateness.
+  ``final`` the watermark passed window end + allowed lateness;
+* ``missing_records`` / ``extra_records`` / ``record_sample``: for a closed window with something
+  unexplained, the records behind it (:mod:`tidemark.unexplained`): copies the recompute holds and
+  the stream's ``events`` table does not, copies ``events`` holds beyond the recompute's, and a
+  sample of them (:class:`RecordDiff`); None, None and empty when the window was not examined
+  (nothing unexplained, or beyond the bound of windows examined per run).
 
 :class:`AlignmentSummary` measures the closed windows against a target; its :attr:`~AlignmentSummary.ok`
 is the one verdict on an interval (the Airflow gate, ``tidemark reconcile --fail-below``, the
@@ -25,8 +30,8 @@ report's headline). Pure: pandas and pyarrow, no Spark, no table I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -39,6 +44,76 @@ if TYPE_CHECKING:
 CLOSED = "closed"
 OPEN = "open"
 HOSTS_PER_EXPLANATION = 5
+MISSING = "missing"  # a record the recompute holds and the stream's events table does not
+EXTRA = "extra"  # a record events holds and the recompute does not, or more times than it counts
+
+
+@dataclass(frozen=True)
+class RecordDiff:
+    """A record behind an unexplained difference: ``copies`` of it missing from the stream's
+    ``events`` table (``kind`` :data:`MISSING`) or held there beyond the recompute's count
+    (:data:`EXTRA`: a record the raw input does not have, or one stored twice). ``source`` is where
+    the record is: the landing file (as Spark names it) or ``topic/partition@offset``, read from
+    the raw input for a missing record and from ``events`` for an extra one; ``batch_id`` the
+    batch that stored an extra one (None for a missing one)."""
+
+    kind: str
+    event_id: str
+    host: str
+    event_time: int
+    key: str | None
+    copies: int
+    source: str | None
+    batch_id: int | None = None
+
+    @property
+    def iso(self) -> str:
+        return format_instant_ms(self.event_time)
+
+
+# The stored sample's Arrow type: a list of RecordDiff as structs (fields in order).
+RECORD_TYPE = pa.struct(
+    [
+        ("kind", pa.string()),
+        ("event_id", pa.string()),
+        ("host", pa.string()),
+        ("event_time", pa.int64()),
+        ("key", pa.string()),
+        ("copies", pa.int64()),
+        ("source", pa.string()),
+        ("batch_id", pa.int64()),
+    ]
+)
+
+
+def _records_stored(sample: Sequence[RecordDiff]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in sample]
+
+
+def _records_read(value: Any) -> tuple[RecordDiff, ...]:
+    """A stored sample cell (a list or array of structs as dicts, RecordDiffs, or missing) as the
+    row holds it."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ()
+    out = []
+    for item in value:
+        if isinstance(item, RecordDiff):
+            out.append(item)
+            continue
+        fields_ = {k: item.get(k) for k in RECORD_TYPE.names}
+        for name in ("event_time", "copies", "batch_id"):
+            fields_[name] = None if fields_[name] is None else int(fields_[name])
+        out.append(RecordDiff(**fields_))
+    return tuple(out)
+
+
+def _no_sample(frame: pd.DataFrame) -> pd.Series:
+    """The sample column of rows written before it existed, or with it missing: empty."""
+    import pandas as pd
+
+    if "record_sample" not in frame:
+        return pd.Series([()] * len(frame), index=frame.index, dtype=object)
+    return frame["record_sample"].map(_records_read)
 
 
 def _column(
@@ -46,11 +121,15 @@ def _column(
     *,
     legacy: object | Callable[[pd.DataFrame], pd.Series] = None,
     name: str | None = None,
+    store: Callable[[Any], Any] | None = None,
+    load: Callable[[Any], Any] | None = None,
 ) -> dict[str, Any]:
     """A stored field's metadata: its Arrow type, the value rows written before the column existed
     stand for (a constant or a function of the row frame; None: every row has it) and, for the
-    window bounds, the stored column's name (a timestamp, held as epoch ms)."""
-    return {"arrow": arrow, "legacy": legacy, "column": name}
+    window bounds, the stored column's name (a timestamp, held as epoch ms). A nested field has
+    ``store`` (its value as the Arrow column takes it) and ``load`` (a cell read back as the
+    field's value, missing included); its ``legacy`` function reads the whole column."""
+    return {"arrow": arrow, "legacy": legacy, "column": name, "store": store, "load": load}
 
 
 def _abs_diff(frame: pd.DataFrame) -> pd.Series:
@@ -80,11 +159,65 @@ class WindowResult:
     )
     final: bool = field(default=True, metadata=_column(pa.bool_(), legacy=True))
     revisions: int = field(default=0, metadata=_column(pa.int64(), legacy=0))
+    missing_records: int | None = field(default=None, metadata=_column(pa.int64(), legacy=None))
+    extra_records: int | None = field(default=None, metadata=_column(pa.int64(), legacy=None))
+    record_sample: tuple[RecordDiff, ...] = field(
+        default=(),
+        metadata=_column(pa.list_(RECORD_TYPE), legacy=_no_sample, store=_records_stored, load=_records_read),
+    )
     late_by_host: list[tuple[str, int]] = field(default_factory=list, compare=False)
 
     @property
     def iso(self) -> str:
         return format_instant_ms(self.window_start_ms)
+
+    @property
+    def examined(self) -> bool:
+        """The records behind its unexplained difference were looked for."""
+        return self.missing_records is not None
+
+    @property
+    def records_not_examined(self) -> bool:
+        """Closed with something unexplained, but beyond the bound of windows examined per run."""
+        return self.status == CLOSED and self.unexplained != 0 and not self.examined
+
+    def sample_of(self, kind: str) -> list[RecordDiff]:
+        return [r for r in self.record_sample if r.kind == kind]
+
+    def records_totals(self) -> str:
+        """The examined window's totals: ``4 missing from events (4 listed), 3 extra in events
+        (2 listed)``; or why there is nothing to list."""
+        if not self.examined:
+            return "records not examined (beyond the windows examined per run)" if self.unexplained else ""
+        if not self.missing_records and not self.extra_records:
+            return "no record differs between the recompute and events: the window counts differ"
+        return ", ".join(
+            f"{total:,} {what}" + (f" ({len(self.sample_of(kind))} listed)" if total else "")
+            for kind, total, what in (
+                (MISSING, self.missing_records or 0, "missing from events"),
+                (EXTRA, self.extra_records or 0, "extra in events"),
+            )
+        )
+
+    def records_line(self, shown: int = HOSTS_PER_EXPLANATION) -> str:
+        """The records behind the unexplained difference in one line: each kind's total and up to
+        ``shown`` of its records as ``host id`` (``×n``: n copies)."""
+        if not self.examined or (not self.missing_records and not self.extra_records):
+            return self.records_totals()
+        parts = []
+        for kind, total, what in (
+            (MISSING, self.missing_records or 0, "missing from events"),
+            (EXTRA, self.extra_records or 0, "extra in events"),
+        ):
+            if not total:
+                continue
+            listed = self.sample_of(kind)[:shown]
+            names = ", ".join(
+                f"{r.host} {r.event_id}" + (f" ×{r.copies}" if r.copies > 1 else "") for r in listed
+            )
+            more = total - sum(r.copies for r in listed)
+            parts.append(f"{total:,} {what}: {names}" + (f" and {more:,} more" if more > 0 else ""))
+        return "; ".join(parts)
 
     def explanation(self, hosts: int = HOSTS_PER_EXPLANATION) -> str:
         """Why the window differs, in one line: late records by host, folded ones, unexplained."""
@@ -107,6 +240,8 @@ class WindowResult:
         if self.unexplained:
             kind = "missing from stream and late events" if self.unexplained > 0 else "counted twice"
             parts.append(f"{abs(self.unexplained):,} record(s) {kind} (unexplained)")
+            if self.status == CLOSED:
+                parts.append(self.records_totals())
         if not parts:
             parts.append("exact: stream equals batch")
         return "; ".join(parts)
@@ -143,6 +278,8 @@ def to_arrow(
     columns: dict[str, list[Any]] = {"pipeline": [pipeline] * n}
     for f in STORED:
         values = [getattr(w, f.name) for w in windows]
+        if f.metadata["store"] is not None:
+            values = [f.metadata["store"](v) for v in values]
         columns[f.metadata["column"] or f.name] = (
             [micros(v) for v in values] if f.metadata["column"] else values
         )
@@ -168,6 +305,9 @@ def normalized(rows: pd.DataFrame) -> pd.DataFrame:
                 frame[f.name] = epoch_ms(frame[stored])
             continue
         legacy = f.metadata["legacy"]
+        if f.metadata["load"] is not None:  # nested: its legacy function reads the whole column
+            frame[f.name] = legacy(frame)
+            continue
         if legacy is None:
             continue
         fill = legacy(frame) if callable(legacy) else legacy
@@ -194,7 +334,7 @@ def window_results(
     names = [name for name in ROW_FIELDS if name in frame]
     return [
         WindowResult(
-            **{name: _value(record[name], _TYPES[name]) for name in names},
+            **{name: _READERS[name](record[name]) for name in names},
             late_by_host=late.get(int(record["window_start_ms"]), []),
         )
         for record in frame[names].to_dict("records")
@@ -202,7 +342,7 @@ def window_results(
 
 
 # Each stored field's Python type ("int", "float", "bool", "str"), from its annotation.
-_TYPES = {f.name: str(f.type).split(" |")[0] for f in STORED}
+_TYPES = {f.name: str(f.type).split(" |")[0] for f in STORED if f.metadata["load"] is None}
 _CASTS: dict[str, Callable[[Any], Any]] = {"int": int, "float": float, "bool": bool, "str": str}
 
 
@@ -212,6 +352,17 @@ def _value(value: Any, kind: str) -> Any:
     import pandas as pd
 
     return None if pd.isna(value) else _CASTS[kind](value)
+
+
+# How a cell of each stored field is read: its ``load``, or :func:`_value` with its type.
+def _reader(f: Any) -> Callable[[Any], Any]:
+    if f.metadata["load"] is not None:
+        return cast("Callable[[Any], Any]", f.metadata["load"])
+    kind = _TYPES[f.name]
+    return lambda value: _value(value, kind)
+
+
+_READERS: dict[str, Callable[[Any], Any]] = {f.name: _reader(f) for f in STORED}
 
 
 def frame_of(windows: Sequence[WindowResult]) -> pd.DataFrame:

@@ -7,7 +7,9 @@ batch's rows and the state the previous batch committed
     count per host ─ advance the watermark ─ close windows ─ write outputs ─ track stalls ─ commit
     (one Spark job)  (tidemark.watermark)    (tidemark.   (events, late,  (stalls)       (state, then
                                               windows,     quarantine,                   the watermark
-                                              revisions)   windows)                      row, last)
+                                              revisions)   windows)                      row, then the
+                                                                                         completeness
+                                                                                         properties)
 
 This module runs them in that order and writes what they return (:mod:`tidemark.batch_outputs`).
 Closing a window writes its revision 0; late records of a closed window that is not final yet
@@ -94,6 +96,9 @@ class BatchProcessor:
         # Called with the time after each committed batch, before the next starts: the stream's
         # own table maintenance on object storage (tidemark.stream, tidemark.maintenance).
         self.between_batches: Callable[[int], object] | None = None
+        # Called with each batch's summary (a replay skipped too) once it is committed: the
+        # stream's metrics endpoint (tidemark.stream, tidemark.metrics).
+        self.on_batch: Callable[[BatchSummary], object] | None = None
 
     # -- the batch ---------------------------------------------------------------------------
     def __call__(self, batch: DataFrame, spark_batch_id: int) -> None:
@@ -107,6 +112,8 @@ class BatchProcessor:
         phases.lap("load_state")
         if committed:
             # Every table already holds this batch (the plan keeps no Spark state to commit).
+            # A kill between its marker and its completeness properties left them behind: raise them.
+            self.outputs.publish_completeness(batch_id, state.watermark)
             self.states.forget()  # reload from Delta for the next batch
             self._report(BatchSummary(batch_id, skipped=True))
             return
@@ -191,7 +198,9 @@ class BatchProcessor:
         good = inp.rows.where(is_event_col())
         closing = self._close_windows(good, counts, state, advance.watermark)
         phases.lap("aggregate_windows")
-        self.outputs.write_outputs(inp, good, counts, closing, state.watermark, phases)
+        self.outputs.write_outputs(
+            inp, good, counts, closing, state.watermark, phases, watermark=advance.watermark
+        )
         stalls = track_stalls(state, advance, counts.batch_ts_ms)
         if stalls.ended is not None:
             self.outputs.write_stall(inp.batch_id, stalls.ended)
@@ -230,14 +239,17 @@ class BatchProcessor:
         phases: Phases,
     ) -> tuple[BatchSummary, PipelineState]:
         """Step 6: the state for the next batch, then the watermark row that marks the batch
-        committed (last: it records the state's Delta versions)."""
+        committed (last: it records the state's Delta versions), then the completeness properties
+        of ``windows``, a copy of the committed watermark (:mod:`tidemark.completeness`; timed
+        with the marker)."""
         stored = self.outputs.write_state(advance.hosts, closing, state, inp.batch_id)
         phases.lap("write_state")
-        summary = summarize(inp.batch_id, counts, advance, closing, state.watermark)
+        summary = summarize(inp.batch_id, counts, advance, closing, state.watermark, stall)
         stages = closing.server.to_json()
         self.outputs.write_marker(
             summary, counts=counts, advance=advance, closing=closing, stall=stall, stored=stored, inp=inp
         )
+        self.outputs.publish_completeness(inp.batch_id, advance.watermark)
         phases.lap("write_marker")
         new_state = PipelineState(
             batch_id=inp.batch_id,
@@ -256,4 +268,6 @@ class BatchProcessor:
     def _report(self, summary: BatchSummary) -> None:
         self.summaries.append(summary)
         self.batches_run += 1
+        if self.on_batch is not None:
+            self.on_batch(summary)
         self.echo(f"[{self.config.pipeline}] {summary.line()}")

@@ -4,7 +4,9 @@ Every write of batch N commits under the app transaction (run identity, N)
 (:class:`tidemark.tables.TableWriter`): a replayed batch writes nothing twice. Few rows are
 collected to the driver and written by delta-rs, many by Spark (:data:`COLLECT_MAX_ROWS`); both
 write the column types Spark would. The order of the writes is the commit protocol
-(:mod:`tidemark.batch`): the batch's rows, the ended stall, the state, and the marker last.
+(:mod:`tidemark.batch`): the batch's rows, the ended stall, the state, and the marker last; after
+it, the completeness properties of ``windows`` (:mod:`tidemark.completeness`), whose claim the
+batch's ``events``, ``late_events`` and ``windows`` commits carry as ``userMetadata`` too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from tidemark import completeness
 from tidemark import schemas as S
 from tidemark import tables as T
 from tidemark.aggregate import window_start_col
@@ -77,6 +80,9 @@ class BatchOutputs:
         self.identity = identity
         self.echo = echo
         self.windows = TumblingWindows(config.window, config.allowed_lateness)
+        # The watermark the ``windows`` properties claim, as far as this writer knows (None:
+        # not read yet); the stream is their one writer, so it reads them once.
+        self.claimed: int | None = None
 
     def write_outputs(
         self,
@@ -86,10 +92,14 @@ class BatchOutputs:
         closing: Closing,
         previous: int | None,
         phases: Phases,
+        watermark: int | None = None,
     ) -> None:
         """Step 4: quarantine, events (and late events), the windows that closed, the records
-        kept out of order."""
+        kept out of order. The events, late events and windows commits carry the batch's
+        ``watermark`` as their ``userMetadata`` (:mod:`tidemark.completeness`)."""
         from pyspark.sql import functions as F
+
+        claim = completeness.Completeness.of(inp.batch_id, watermark, self.windows).user_metadata()
 
         if counts.quarantined:
             quarantine = inp.counted.where(is_quarantined_col()).select(
@@ -98,14 +108,16 @@ class BatchOutputs:
             self.write_rows(quarantine, counts.quarantined, S.QUARANTINE, inp.batch_id)
             phases.lap("write_quarantine")
         if counts.events:
-            self.write_events(good, counts.events, inp.batch_id, previous, closing.late, closing.global_lw)
+            self.write_events(
+                good, counts.events, inp.batch_id, previous, closing.late, closing.global_lw, claim
+            )
             phases.lap("write_events")
         if closing.folded.changed:
             table = closed_windows_table(
                 closing.folded.rows, self.config.window, inp.batch_id, closing.global_lw
             )
             # merge_schema: a windows table written before revisions existed gains their columns
-            self.writer.write_local(table, S.WINDOWS, inp.batch_id, merge_schema=True)
+            self.writer.write_local(table, S.WINDOWS, inp.batch_id, merge_schema=True, user_metadata=claim)
             phases.lap("write_windows")
         if inp.out_of_order is not None and len(inp.out_of_order):
             rows = inp.out_of_order.assign(batch_id=inp.batch_id, ingest_ts=inp.batch_ts_ms)
@@ -114,16 +126,24 @@ class BatchOutputs:
             phases.lap("write_out_of_order")
 
     def write_rows(
-        self, frame: DataFrame, count: int, table: str, batch_id: int, merge_schema: bool = False
+        self,
+        frame: DataFrame,
+        count: int,
+        table: str,
+        batch_id: int,
+        merge_schema: bool = False,
+        user_metadata: str | None = None,
     ) -> None:
         """Write ``count`` rows: few are collected and written by delta-rs (no Spark job per
         commit), many by Spark. Both commit under the same (run, batch) app transaction, so
         either way a replay writes them once, and both write the column types Spark would."""
         if count > COLLECT_MAX_ROWS:
             options = {"mergeSchema": "true"} if merge_schema else None
-            self.writer.write(frame, table, batch_id, options=options)
+            self.writer.write(frame, table, batch_id, options=options, user_metadata=user_metadata)
             return
-        self.writer.write_local(collect(frame), table, batch_id, merge_schema=merge_schema)
+        self.writer.write_local(
+            collect(frame), table, batch_id, merge_schema=merge_schema, user_metadata=user_metadata
+        )
 
     def write_events(
         self,
@@ -133,24 +153,36 @@ class BatchOutputs:
         prev_wm: int | None,
         late_count: int,
         low_watermark: int | None,
+        user_metadata: str | None = None,
     ) -> None:
         """Write the batch's ``n_events`` events, and the late ones (``late_count`` of them) again
-        to ``late_events``. A small batch is collected once and both tables are cut from it."""
+        to ``late_events``. A small batch is collected once and both tables are cut from it.
+        ``user_metadata``: the commits' ``userMetadata``."""
         rows = self._event_rows(good, batch_id, prev_wm, low_watermark)
         has_late = prev_wm is not None and late_count > 0
+        meta = user_metadata
         if n_events <= COLLECT_MAX_ROWS:
             local = collect(rows)
             # merge_schema: an events table from before ``arrival_ms`` gains it
-            self.writer.write_local(local.select(S.EVENT_COLUMNS), S.EVENTS, batch_id, merge_schema=True)
+            events = local.select(S.EVENT_COLUMNS)
+            self.writer.write_local(events, S.EVENTS, batch_id, merge_schema=True, user_metadata=meta)
             if has_late:
                 late = local.filter(local["is_late"]).select(S.LATE_COLUMNS)
                 # merge_schema: a late_events table from before revisions gains ``folded``
-                self.writer.write_local(late, S.LATE_EVENTS, batch_id, merge_schema=True)
+                self.writer.write_local(late, S.LATE_EVENTS, batch_id, merge_schema=True, user_metadata=meta)
             return
-        self.writer.write(rows.select(*S.EVENT_COLUMNS), S.EVENTS, batch_id, options={"mergeSchema": "true"})
+        self.writer.write(
+            rows.select(*S.EVENT_COLUMNS),
+            S.EVENTS,
+            batch_id,
+            options={"mergeSchema": "true"},
+            user_metadata=meta,
+        )
         if has_late:
             late_rows = rows.where("is_late").select(*S.LATE_COLUMNS)
-            self.write_rows(late_rows, late_count, S.LATE_EVENTS, batch_id, merge_schema=True)
+            self.write_rows(
+                late_rows, late_count, S.LATE_EVENTS, batch_id, merge_schema=True, user_metadata=meta
+            )
 
     def _event_rows(
         self, good: DataFrame, batch_id: int, prev_wm: int | None, low_watermark: int | None
@@ -286,6 +318,26 @@ class BatchOutputs:
         }
         table = pa.Table.from_pylist([row], schema=S.MARKER_SCHEMA)
         self.writer.write_local(table, S.WATERMARKS, s.batch_id, merge_schema=True)
+
+    def publish_completeness(self, batch_id: int, watermark: int | None) -> None:
+        """Raise the completeness properties of ``windows`` to batch ``batch_id``'s committed
+        ``watermark``, never lowering them (:func:`tidemark.completeness.publish`): called after
+        the batch's commit marker, and by the replay of a batch found committed (a kill between
+        the two). Nothing when they already claim as much. A commit that keeps losing to
+        concurrent metadata commits is left to the next batch, with a line saying so."""
+        from deltalake.exceptions import CommitFailedError
+
+        if watermark is None or (self.claimed is not None and watermark <= self.claimed):
+            return
+        claim = completeness.Completeness.of(batch_id, watermark, self.windows)
+        self.writer.fence()
+        try:
+            now = completeness.publish(self.writer.path(S.WINDOWS), claim, S.WINDOWS)
+        except CommitFailedError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self.echo(f"[{self.config.pipeline}] completeness properties not raised (next batch): {first}")
+            return
+        self.claimed = None if now is None else now.watermark_ms
 
 
 def collect(frame: DataFrame) -> pa.Table:

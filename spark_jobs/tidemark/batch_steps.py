@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNTED",
+    "PHASES",
     "Advance",
     "BatchInput",
     "BatchSummary",
@@ -63,9 +64,31 @@ __all__ = [
 COUNTED = ("events", "heartbeats", "quarantined")
 
 
+# The phases of a batch, in the order it runs them (a batch has those of its route: dedup_spark
+# or dedup_suspects .. dedup_back, write_* only for what it writes). Stable: the benchmarks and
+# the metrics (tidemark.metrics, label ``phase``) name them.
+PHASES = (
+    "load_state",
+    "dedup_hashes",
+    "dedup_spark",
+    "dedup_suspects",
+    "dedup_lookup",
+    "dedup_back",
+    "parse_dedup_count",
+    "host_progress",
+    "aggregate_windows",
+    "write_quarantine",
+    "write_events",
+    "write_windows",
+    "write_out_of_order",
+    "write_state",
+    "write_marker",
+)
+
+
 class Phases:
     """Wall time per step of a batch (seconds), for progress output and benchmarks. The names
-    are stable: the benchmarks read them."""
+    are stable (:data:`PHASES`): the benchmarks read them."""
 
     def __init__(self) -> None:
         self.times: dict[str, float] = {}
@@ -103,6 +126,9 @@ class BatchSummary:
     retries_dropped: int = 0  # exactly_once: publisher retries deduplication removed
     retries_looked_up: int = 0  # exactly_once: ids looked up in the catalog (events table)
     out_of_order: int = 0  # exactly_once: records behind their host's progress (input out of order)
+    batch_ts_ms: int | None = None  # the batch's processing time (None: an empty batch)
+    frontier_ms: int | None = None  # the median reporting host's progress
+    stall_since_ms: int | None = None  # an open stall: since when the watermark has held
     phases: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
@@ -403,9 +429,15 @@ def track_stalls(state: PipelineState, advance: Advance, batch_ts_ms: int | None
 
 
 def summarize(
-    batch_id: int, counts: Counts, advance: Advance, closing: Closing, previous: int | None
+    batch_id: int,
+    counts: Counts,
+    advance: Advance,
+    closing: Closing,
+    previous: int | None,
+    stall: OpenStall | None = None,
 ) -> BatchSummary:
-    """The batch's summary (``previous``: the watermark before it)."""
+    """The batch's summary (``previous``: the watermark before it; ``stall``: the stall the next
+    batch inherits)."""
     return BatchSummary(
         batch_id=batch_id,
         events=counts.events,
@@ -424,4 +456,7 @@ def summarize(
         state=advance.status.state,
         windows_closed=len(closing.closing),
         open_windows=len(closing.remaining),
+        batch_ts_ms=counts.batch_ts_ms,
+        frontier_ms=advance.status.frontier_ms,
+        stall_since_ms=stall.since_ms if stall is not None else None,
     )

@@ -46,7 +46,9 @@ from tidemark.config_blocks import (
     AirflowConfig,
     AlertsConfig,
     KafkaClientConfig,
+    LineageConfig,
     MaintenanceConfig,
+    MetricsConfig,
     QualityConfig,
     ReconcileConfig,
     SourceConfig,
@@ -69,7 +71,9 @@ __all__ = [
     "AlertsConfig",
     "ConfigError",
     "KafkaClientConfig",
+    "LineageConfig",
     "MaintenanceConfig",
+    "MetricsConfig",
     "PipelineConfig",
     "QualityConfig",
     "ReconcileConfig",
@@ -112,6 +116,8 @@ class PipelineConfig(StrictModel):
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    lineage: LineageConfig = Field(default_factory=LineageConfig)
 
     @field_validator("pipeline")
     @classmethod

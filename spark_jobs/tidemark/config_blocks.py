@@ -1,8 +1,8 @@
 """The blocks of a pipeline config (:class:`tidemark.config.PipelineConfig`): the source and its
 Kafka security, the watermark, record validation, reconciliation, quality, alerts, Airflow,
-table maintenance, object storage and Spark. Each is a frozen model with no unknown key
-(:class:`tidemark.config_types.StrictModel`); durations are :data:`~tidemark.config_types.DurationMs`
-with an upper bound."""
+table maintenance, object storage, the stream's metrics, lineage and Spark. Each is a frozen model
+with no unknown key (:class:`tidemark.config_types.StrictModel`); durations are
+:data:`~tidemark.config_types.DurationMs` with an upper bound."""
 
 from __future__ import annotations
 
@@ -204,8 +204,24 @@ class AlertsConfig(StrictModel):
     # password = basic auth, a password alone = bearer token); the endpoint is the path posted to
     webhook_conn_id: str = "tidemark_webhook"
     webhook_endpoint: str = ""
+    # an Airflow Slack incoming-webhook connection (type slackwebhook: the webhook URL, or its
+    # token with the host, in the password), posted to through the Slack provider
+    slack_conn_id: str = "tidemark_slack"
     # lagging hosts named in a stall alert (worst first); the count is always given
     max_hosts_listed: int = Field(default=20, ge=1)
+    # where the documentation site (`make docs`, mkdocs) is served: each alert links its runbook,
+    # <docs_url>/operations/#runbook-<kind>; the default is `mkdocs serve`'s address
+    docs_url: str = "http://127.0.0.1:8000/"
+    # a Grafana (or other) dashboard of the pipeline each alert links beside the Tidemark view;
+    # None: the Tidemark view only
+    dashboard_url: str | None = None
+
+    @field_validator("docs_url", "dashboard_url")
+    @classmethod
+    def _web_address(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s]+", value):
+            raise ValueError(f"{value!r} must be an http:// or https:// URL")
+        return value
 
 
 class AirflowConfig(StrictModel):
@@ -226,6 +242,47 @@ class AirflowConfig(StrictModel):
     # ... and alerts when it had to restart it this many times within restart_window
     max_restarts: int = Field(default=3, ge=1)
     restart_window: Annotated[DurationMs, at_most("7d")] = Field(default=parse_duration_ms("1h"))
+
+
+class MetricsConfig(StrictModel):
+    """The stream's metrics for Prometheus (:mod:`tidemark.metrics`): while ``prometheus_port`` is
+    set, the running stream serves ``http://<host>:<prometheus_port>/metrics`` (the Prometheus text
+    format): the watermark, host lag, stalls, batch and phase times, record counters, and the
+    latest reconciled hour's alignment. Off by default."""
+
+    # the port the stream serves /metrics on; None: no endpoint. One port per pipeline: a second
+    # stream on the same machine needs its own (a port in use stops the stream at start-up)
+    prometheus_port: int | None = Field(default=None, ge=1, le=65535)
+    # the address it listens on: loopback by default; 0.0.0.0 (every interface) for a Prometheus
+    # on another machine or container
+    host: str = "127.0.0.1"
+    # the reconciliation gauges are read from the reconciliation table (delta-rs, no Spark) at
+    # most this often; scrapes in between are answered from memory
+    reconcile_refresh: Annotated[DurationMs, at_most("1h")] = Field(default=parse_duration_ms("30s"))
+
+    @field_validator("host")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9.:_-]+", value):
+            raise ValueError(f"{value!r} must be a host name or an IP address to listen on")
+        return value
+
+
+class LineageConfig(StrictModel):
+    """OpenLineage run events of the pipeline's jobs (:mod:`tidemark.lineage`): each run of the
+    stream, the recompute, the quality job and maintenance is an OpenLineage run with its input
+    and output datasets. On whenever OpenLineage is configured in the job's environment, the way
+    its clients read it (``OPENLINEAGE_URL``, ``OPENLINEAGE_CONFIG``, ``OPENLINEAGE__TRANSPORT__*``
+    or an ``openlineage.yml``); ``OPENLINEAGE_DISABLED=true`` turns it off everywhere."""
+
+    # false: never emit for this pipeline, whatever the environment says
+    enabled: bool = True
+    # the OpenLineage job namespace of the pipeline's jobs (<pipeline>.stream, ...); unset:
+    # $OPENLINEAGE_NAMESPACE, else tidemark
+    namespace: str | None = Field(default=None, min_length=1, max_length=200)
+    # also run OpenLineage's Spark listener in the job's Spark session: Spark-level events (each
+    # Spark application and query) as children of the job's run (the jar set-up cached)
+    spark_listener: bool = False
 
 
 # Delta's own default for ``delta.deletedFileRetentionDuration``, below which its retention check

@@ -2,8 +2,10 @@
 
 ``TIDEMARK_KILL_AT="<point>@<batch_id>"`` makes the streaming job SIGKILL itself when it reaches
 ``<point>`` in that micro-batch, e.g. ``after:events@2`` right after batch 2's events commit.
-Points are named ``before:<table>`` and ``after:<table>`` for every table write of a batch, and
-``files:<table>`` between a large append's Parquet files and their commit (:mod:`tidemark.filecommit`).
+Points are named ``before:<table>`` and ``after:<table>`` for every table write of a batch,
+``files:<table>`` between a large append's Parquet files and their commit (:mod:`tidemark.filecommit`),
+and ``before:properties:<table>`` and ``after:properties:<table>`` around the commit that raises a
+table's completeness properties (:mod:`tidemark.completeness`).
 Unset in production; reading one environment variable per write costs nothing measurable.
 """
 

@@ -122,6 +122,7 @@ COMPACTED = (
     S.STALLS,
     S.OUT_OF_ORDER,
     S.RECONCILIATION,
+    S.RECONCILIATION_PASSES,
     S.LANDING_INDEX,
 )
 # What a reader of the log replays: commits and checkpoints (not Spark's .crc checksums).

@@ -149,8 +149,8 @@ class StateCache:
         if cached is not None and cached.batch_id == batch_id - 1:
             return cached, False
         marker, committed = marker_before(self.config, batch_id)
-        if committed:
-            return PipelineState(batch_id=batch_id), True
+        if committed and marker is not None:  # with the watermark it committed (its replay skips it)
+            return PipelineState(batch_id=batch_id, watermark=optional_int(marker["watermark_ms"])), True
         return load_state(self.config, marker), False
 
     def keep(self, state: PipelineState) -> None:

@@ -7,16 +7,29 @@ the same :func:`tidemark.aggregate.aggregate_windows`. It reads only the input t
 records of the range (:mod:`tidemark.pruning`: landing files by modification time and the landing
 index, Kafka from the range's start by timestamp), so its cost follows the range, not the source's
 retention. :mod:`tidemark.reconcile` diffs it against the stream.
+
+:func:`recompute_records` is the same recompute kept at the record level, for a few windows: the
+records behind an unexplained difference (:mod:`tidemark.unexplained`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from tidemark.aggregate import aggregate_windows
 from tidemark.config import PipelineConfig
 from tidemark.records import is_event_col
-from tidemark.retries import HASHED_KEY, ORDER, hashed_key, keep_copies, key_hashes, read_order
+from tidemark.retries import (
+    HASHED_KEY,
+    ORDER,
+    RETRY_KEY,
+    hashed_key,
+    keep_copies,
+    key_hashes,
+    read_order,
+)
 from tidemark.sources import RangeInput, parsed_range
 
 if TYPE_CHECKING:
@@ -78,3 +91,35 @@ def recompute_windows(
         wanted=F.col("_ev"),
     ).select("event_time", "key", "value")
     return aggregate_windows(unique, config.window)
+
+
+def recompute_records(
+    config: PipelineConfig, source: RangeInput, spans: Sequence[tuple[int, int]]
+) -> DataFrame:
+    """The records the recompute counts with event time in one of ``spans`` (``[start, end)`` epoch
+    ms, e.g. a few windows), one row per counted copy: ``host``, ``event_id``, ``event_time``,
+    ``key``, ``source`` (the landing file, or ``topic/partition@offset``, of the copy counted) and
+    ``arrival_ms``.
+
+    The rule is :func:`recompute_windows`'s (:func:`tidemark.retries.keep_copies` in the same read
+    order), grouped by the key's strings rather than their hashes: only the spans' records carry
+    them, every other row groups under NULLs and is dropped, so no filter is put on the parsed
+    rows (Spark would push it below the parse).
+    """
+    from pyspark.sql import functions as F
+
+    if not spans:
+        raise ValueError("recompute_records: no span")
+    parsed = source.rows
+    in_spans = reduce(
+        lambda a, b: a | b, [(F.col("event_time") >= lo) & (F.col("event_time") < hi) for lo, hi in spans]
+    )
+    wanted = F.coalesce(is_event_col() & in_spans, F.lit(False))
+    rows = parsed.select(
+        *[F.when(wanted, F.col(c)).alias(c) for c in RETRY_KEY],
+        F.when(wanted, F.col("source")).alias("source"),
+        wanted.alias("_ev"),
+        *read_order(parsed),
+    )
+    kept = keep_copies(rows, config.dedup_horizon, wanted=F.col("_ev"))
+    return kept.select("host", "event_id", "event_time", "key", "source", "arrival_ms")

@@ -16,12 +16,17 @@ Windows the stream has not closed yet (end after its watermark) are reported as 
 do not count towards alignment. Only the recompute is a Spark job: the stream's side is read with
 delta-rs and the diff runs in pandas, one row per window and key. Results replace the range's rows
 in the ``reconciliation`` table, so re-running a range never duplicates them.
+
+A closed window with something unexplained gets the records behind it (:mod:`tidemark.unexplained`:
+missing from the stream's ``events``, or extra in it, with a sample of each): one more Spark job,
+run only when some window needs it, over at most ``max_windows`` windows (the largest differences
+first; the report names the others).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -43,6 +48,7 @@ from tidemark.recompute import recompute_windows
 from tidemark.sources import RangeInput, parsed_range
 from tidemark.stream_side import late_per_key, stream_per_key, stream_watermark
 from tidemark.timeutil import check_range, format_instant_ms, now_ms
+from tidemark.unexplained import DEFAULT_MAX_WINDOWS, DEFAULT_SAMPLE, differing_records, windows_to_examine
 from tidemark.windows import TumblingWindows
 
 if TYPE_CHECKING:
@@ -59,6 +65,18 @@ class ReconcileReport:
     windows: list[WindowResult]
     input: str = ""  # what the recompute read (RangeInput.describe)
     input_files: dict[str, int] | None = None  # landing files listed, read, skipped (FileSelection.summary)
+    sample: int = DEFAULT_SAMPLE  # records listed per window and kind behind an unexplained difference
+    max_windows: int = DEFAULT_MAX_WINDOWS  # windows whose records are looked for, at most
+
+    @property
+    def examined(self) -> list[WindowResult]:
+        """Closed windows whose unexplained difference was examined record by record."""
+        return [w for w in self.windows if w.examined]
+
+    @property
+    def not_examined(self) -> list[WindowResult]:
+        """Closed windows with something unexplained beyond the ``max_windows`` examined."""
+        return [w for w in self.windows if w.records_not_examined]
 
     @property
     def closed(self) -> list[WindowResult]:
@@ -100,17 +118,46 @@ class ReconcileReport:
                 "windows_final": self.summary().final,
                 "totals": self.totals(),
                 "input": {"description": self.input, "files": self.input_files},
+                "unexplained_records": {
+                    "sample_per_kind": self.sample,
+                    "max_windows": self.max_windows,
+                    "examined": [w.iso for w in self.examined],
+                    "not_examined": [w.iso for w in self.not_examined],
+                    "missing": sum(w.missing_records or 0 for w in self.examined),
+                    "extra": sum(w.extra_records or 0 for w in self.examined),
+                },
                 "windows": [
                     {
-                        **{k: v for k, v in asdict(w).items() if k != "late_by_host"},
+                        **{k: v for k, v in asdict(w).items() if k not in ("late_by_host", "record_sample")},
                         "window_start": format_instant_ms(w.window_start_ms),
                         "window_end": format_instant_ms(w.window_end_ms),
+                        "record_sample": [{**asdict(r), "event_time_iso": r.iso} for r in w.record_sample],
                     }
                     for w in self.windows
                 ],
             },
             indent=2,
         )
+
+    def records_text(self) -> list[str]:
+        """The records behind each examined window's unexplained difference, for people: a line
+        per window with the totals, one per listed record; then the windows not examined."""
+        lines = []
+        for w in self.examined:
+            lines.append(f"unexplained in {w.iso} ({w.unexplained:+,}): {w.records_totals()}")
+            for r in w.record_sample:
+                copies = f" ×{r.copies}" if r.copies > 1 else ""
+                batch = f" (batch {r.batch_id})" if r.batch_id is not None else ""
+                lines.append(
+                    f"  {r.kind:7} host {r.host} id {r.event_id!r}{copies} at {r.iso} key {r.key!r} "
+                    f"in {r.source or '-'}{batch}"
+                )
+        if self.not_examined:
+            lines.append(
+                f"{len(self.not_examined)} more window(s) with an unexplained difference not examined "
+                f"(at most {self.max_windows} per run): " + ", ".join(w.iso for w in self.not_examined)
+            )
+        return lines
 
     def table(self) -> str:
         head = (
@@ -150,6 +197,7 @@ class ReconcileReport:
                 f"the {t['late_events']:,} late records beyond the allowed lateness are what keeps a "
                 "window's final alignment below 1.0 (kept in late_events)"
             )
+        rows.extend(self.records_text())
         if self.input:
             rows.append(f"recompute input: {self.input}")
         return "\n".join(rows)
@@ -178,10 +226,16 @@ def reconcile(
     end_ms: int,
     target: float | None = None,
     write: bool = True,
+    *,
+    sample: int = DEFAULT_SAMPLE,
+    max_windows: int = DEFAULT_MAX_WINDOWS,
 ) -> ReconcileReport:
     """Recompute ``[start, end)`` (widened to whole windows), diff it with the stream's side and,
     unless ``write`` is false, replace the range's ``reconciliation`` rows. ``target``: default the
-    config's ``reconcile.target``. A :class:`tidemark.errors.UsageError` when ``end <= start``."""
+    config's ``reconcile.target``. A :class:`tidemark.errors.UsageError` when ``end <= start``.
+
+    Closed windows with something unexplained (at most ``max_windows``, the largest first) get
+    the records behind it, ``sample`` of each kind listed (:mod:`tidemark.unexplained`)."""
     check_range(start_ms, end_ms)
     tumbling = TumblingWindows(config.window, config.allowed_lateness)
     start_ms, end_ms = tumbling.covering(start_ms, end_ms)
@@ -190,8 +244,10 @@ def reconcile(
 
     # The landing index is a cache of the raw files: a dry run (write=False) does not add to it.
     source = parsed_range(spark, config, start_ms, end_ms, update_index=write)
-    per_window = _per_window_counts(spark, config, source, start_ms, end_ms)
+    per_key = _per_key_counts(spark, config, source, start_ms, end_ms)
+    per_window = _per_window(per_key)
     windows = [_window_result(ws, row, tumbling, watermark, target) for ws, row in per_window.iterrows()]
+    windows = _with_records(spark, config, source, windows, per_key, sample, max_windows)
     report = ReconcileReport(
         config.pipeline,
         start_ms,
@@ -201,17 +257,22 @@ def reconcile(
         windows,
         input=source.describe(),
         input_files=source.files.summary() if source.files is not None else None,
+        sample=sample,
+        max_windows=max_windows,
     )
     if write:
         write_report(config, report)
     return report
 
 
-def _per_window_counts(
+_COUNTS = ["batch", "stream", "late", "folded", "revisions"]
+
+
+def _per_key_counts(
     spark: SparkSession, config: PipelineConfig, source: RangeInput, start_ms: int, end_ms: int
 ) -> pd.DataFrame:
-    """Per window start (sorted): the stream's, the recompute's and the late events, and
-    ``abs_diff``, the sum over keys of |stream - batch|."""
+    """Per (window start, key): the stream's, the recompute's and the late events, ``abs_diff``
+    (|stream - batch|) and ``ontime_diff``."""
     from pyspark.sql import functions as F
 
     recomputed = recompute_windows(spark, config, start_ms, end_ms, source)
@@ -223,11 +284,49 @@ def _per_window_counts(
     joined = batch.merge(stream, on=["window_start_ms", "key"], how="outer").merge(
         late, on=["window_start_ms", "key"], how="outer"
     )
-    counts = ["batch", "stream", "late", "folded", "revisions"]
-    joined[counts] = joined[counts].fillna(0).astype("int64")
+    joined[_COUNTS] = joined[_COUNTS].fillna(0).astype("int64")
     joined["abs_diff"] = (joined["stream"] - joined["batch"]).abs()
     joined["ontime_diff"] = (joined["stream"] - joined["folded"] - joined["batch"]).abs()
-    return joined.groupby("window_start_ms")[[*counts, "abs_diff", "ontime_diff"]].sum().sort_index()
+    return joined
+
+
+def _per_window(per_key: pd.DataFrame) -> pd.DataFrame:
+    """Per window start (sorted): the sums over keys (``abs_diff``: of |stream - batch|)."""
+    return per_key.groupby("window_start_ms")[[*_COUNTS, "abs_diff", "ontime_diff"]].sum().sort_index()
+
+
+def _with_records(
+    spark: SparkSession,
+    config: PipelineConfig,
+    source: RangeInput,
+    windows: list[WindowResult],
+    per_key: pd.DataFrame,
+    sample: int,
+    max_windows: int,
+) -> list[WindowResult]:
+    """``windows``, those closed with something unexplained (at most ``max_windows``) with the
+    records behind it; the others as they are. Nothing runs when nothing is unexplained."""
+    differing = {w.window_start_ms: w.unexplained for w in windows if w.status == CLOSED and w.unexplained}
+    examine, _skipped = windows_to_examine(differing, max_windows)
+    if not examine:
+        return windows
+    unexplained = per_key["batch"] - per_key["stream"] - per_key["late"]
+    keys = per_key[per_key["window_start_ms"].isin(examine) & (unexplained != 0)]
+    by_window: dict[int, set[str | None]] = {ws: set() for ws in examine}
+    for ws, key in zip(keys["window_start_ms"], keys["key"], strict=True):
+        by_window[int(ws)].add(None if pd.isna(key) else str(key))
+    found = differing_records(spark, config, source, by_window, sample)
+    return [
+        replace(
+            w,
+            missing_records=found[w.window_start_ms].missing,
+            extra_records=found[w.window_start_ms].extra,
+            record_sample=found[w.window_start_ms].sample,
+        )
+        if w.window_start_ms in found
+        else w
+        for w in windows
+    ]
 
 
 def _window_result(

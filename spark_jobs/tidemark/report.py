@@ -136,6 +136,7 @@ def load_report_data(
     """Everything the report plots, from the tables (closed windows with ``window_start`` in range)."""
     # pandas and pyarrow: not for report_locations
     from tidemark.alignment import CLOSED, alignment_summary, window_results
+    from tidemark.passes import read_passes
     from tidemark.stream_side import late_by_host, reconciled_rows
 
     check_range(start_ms, end_ms)
@@ -156,6 +157,7 @@ def load_report_data(
         stalls=sorted(stall_spans(marks, T.read_if_exists(config, S.STALLS))),
         watermark_ms=watermark_ms,
         state=state,
+        passes=read_passes(config, start_ms, end_ms),
     )
 
 

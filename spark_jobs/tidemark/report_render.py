@@ -14,7 +14,7 @@ attributes and a ``<title>`` tooltip.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from markupsafe import Markup
@@ -34,6 +34,7 @@ from tidemark.timeutil import now_ms
 
 if TYPE_CHECKING:
     from tidemark.alignment import AlignmentSummary, WindowResult
+    from tidemark.passes import PassResult
     from tidemark.quality import ValidationOutcome
 
 TEMPLATE = "report.html.j2"
@@ -62,11 +63,23 @@ class ReportData:
     stalls: list[tuple[int, int]]  # processing-time [start, end] ms; an open stall ends at the last batch
     watermark_ms: int | None
     state: str | None
+    # the recorded reconciliation passes of the range (on time, final: tidemark.passes)
+    passes: list[PassResult] = field(default_factory=list)
 
     @property
     def misaligned(self) -> list[WindowResult]:
         below = set(self.summary.misaligned_ms)
         return [w for w in self.windows if w.window_start_ms in below]
+
+    @property
+    def examined(self) -> list[WindowResult]:
+        """Closed windows whose unexplained difference was examined record by record."""
+        return [w for w in self.windows if w.examined]
+
+    @property
+    def not_examined(self) -> list[WindowResult]:
+        """Closed windows with something unexplained whose records were not looked for."""
+        return [w for w in self.windows if w.records_not_examined]
 
     def worst(self, n: int = WORST_WINDOWS) -> list[WindowResult]:
         return sorted(self.windows, key=lambda w: (w.alignment or 0.0, -w.abs_diff, w.window_start_ms))[:n]

@@ -17,6 +17,9 @@ stalls         one row per ended stall: when, how long, the watermark held, the 
 out_of_order   per batch and host, the records behind the host's own progress (its files or
                partition read out of order; exactly_once): how many, the earliest, the progress
 reconciliation per-window stream/batch comparison written by ``tidemark reconcile``
+reconciliation_passes
+               one row per reconciled range and pass (on time: its windows closed; final:
+               they are final), written by ``tidemark reconcile --pass`` (tidemark.passes)
 _state/*       host progress (a log of the hosts each batch moved, replaced by a snapshot when
                long: tidemark.progress), open-window partial sums (overwritten every batch) and
                the closed windows that may still be revised (revisable_windows);
@@ -43,6 +46,7 @@ LATE_EVENTS = "late_events"
 QUARANTINE = "quarantine"
 WATERMARKS = "watermarks"
 RECONCILIATION = "reconciliation"
+RECONCILIATION_PASSES = "reconciliation_passes"
 STALLS = "stalls"
 OUT_OF_ORDER = "out_of_order"
 HOST_PROGRESS = "_state/host_progress"
@@ -173,7 +177,7 @@ OUT_OF_ORDER_SCHEMA = pa.schema(
     ]
 )
 # The reconciliation table's schema and columns are its row type's: tidemark.alignment
-# (RECONCILIATION_SCHEMA, WindowResult).
+# (RECONCILIATION_SCHEMA, WindowResult); reconciliation_passes' are tidemark.passes' (PassResult).
 
 # One row per landing file a recompute indexed: the file as it was listed (path as Spark names it,
 # size, modification time) and the event times of its lines (tidemark.pruning.FileSpan).

@@ -208,16 +208,17 @@ def build_session(
 
 def session_for(config: PipelineConfig, app: str) -> SparkSession:
     """The session a ``tidemark`` command runs ``config``'s pipeline in (its ``spark:`` block; for
-    ``s3a://`` locations the S3 settings and jars of :mod:`tidemark.storage`)."""
-    from tidemark import storage
+    ``s3a://`` locations the S3 settings and jars of :mod:`tidemark.storage`; with
+    ``lineage.spark_listener``, OpenLineage's listener: :mod:`tidemark.lineage`)."""
+    from tidemark import lineage, storage
 
-    conf: dict[str, Any] = {**storage.spark_conf(config), **config.spark.conf}
+    conf: dict[str, Any] = {**storage.spark_conf(config), **config.spark.conf, **lineage.spark_conf(config)}
     return build_session(
         app_name=f"tidemark-{app}-{config.pipeline}",
         master=config.spark.master,
         shuffle_partitions=config.spark.shuffle_partitions,
         extra_conf=conf,
-        jars=[*cached_jars(), *storage.spark_jars(config)],
+        jars=[*cached_jars(), *storage.spark_jars(config), *lineage.spark_jars(config)],
     )
 
 

@@ -33,7 +33,8 @@ run started with ``--reset-checkpoint`` (:mod:`tidemark.reset`) resumes exactly 
 (:mod:`tidemark.checkpoint`).
 
 This module plans and runs the query; the rows come from :mod:`tidemark.sources` and each
-micro-batch is :class:`tidemark.batch.BatchProcessor`.
+micro-batch is :class:`tidemark.batch.BatchProcessor`. With ``metrics.prometheus_port`` set, the
+run serves its metrics for Prometheus while it lasts (:mod:`tidemark.metrics`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from tidemark.dedup import HASH
 from tidemark.identity import ensure_identity
 from tidemark.lease import Fenced, Lease, holder_record
 from tidemark.maintenance import InStreamMaintenance
+from tidemark.metrics import MetricsEndpoint, StreamMetrics, serve
 from tidemark.records import PARSED_COLUMNS as PARSED
 from tidemark.records import is_event_col, is_quarantined_col
 from tidemark.reset import reset_checkpoint
@@ -84,13 +86,22 @@ def build_stream(spark: SparkSession, config: PipelineConfig, resume: ResumePoin
 
 
 def start_stream(
-    spark: SparkSession, config: PipelineConfig, once: bool, echo=print, reset: bool = False
+    spark: SparkSession,
+    config: PipelineConfig,
+    once: bool,
+    echo=print,
+    reset: bool = False,
+    metrics: StreamMetrics | None = None,
 ) -> tuple[StreamingQuery, BatchProcessor]:
     """Start the query. ``reset`` (``--reset-checkpoint``) replaces a missing or foreign
-    checkpoint with a new run identity that resumes where the committed batches stopped."""
+    checkpoint with a new run identity that resumes where the committed batches stopped;
+    ``metrics`` hears of every batch (:mod:`tidemark.metrics`)."""
     identity = reset_checkpoint(spark, config, echo) if reset else ensure_identity(config)
     resume = resume_point(config, identity)
     processor = BatchProcessor(spark, config, identity, echo=echo)
+    if metrics is not None:
+        metrics.started(identity.run_id)
+        processor.on_batch = metrics.observe
     if config.maintained_in_stream:
         processor.between_batches = InStreamMaintenance(spark, config, echo).maybe_run
     writer = (
@@ -112,12 +123,17 @@ def run_stream(
 ) -> BatchProcessor:
     """Run the stream while holding the pipeline's lease (:mod:`tidemark.lease`): a second
     writer of the pipeline refuses to start (:class:`~tidemark.lease.LeaseHeld`), and this one
-    stops without writing once its lease is taken over (:class:`~tidemark.lease.Fenced`)."""
+    stops without writing once its lease is taken over (:class:`~tidemark.lease.Fenced`). The
+    metrics endpoint (``metrics.prometheus_port``) lives as long as the run."""
     lease = Lease(config, holder_record())
     lease.acquire()
     fenced = False
+    endpoint: MetricsEndpoint | None = None
     try:
-        query, processor = start_stream(spark, config, once, echo=echo, reset=reset)
+        if config.metrics.prometheus_port is not None:
+            endpoint = serve(config, echo)
+        metrics = endpoint.metrics if endpoint is not None else None
+        query, processor = start_stream(spark, config, once, echo=echo, reset=reset, metrics=metrics)
         processor.writer.fence = lease.check
         heartbeat = liveness.Heartbeat(config)
         every_s = max(1, min(liveness.HEARTBEAT_EVERY_S, lease.ttl_ms // 3000))
@@ -145,5 +161,7 @@ def run_stream(
         fenced = True
         raise
     finally:
+        if endpoint is not None:
+            endpoint.close()
         if not fenced:
             lease.release()

@@ -76,13 +76,17 @@ class TableWriter:
         """The Delta app id of this run's writes to ``table``."""
         return f"{self.identity.app_id}:{table}"
 
-    def commit_properties(self, table: str, batch_id: int) -> CommitProperties:
-        """A delta-rs commit's app transaction (run, batch) and batch tag."""
+    def commit_properties(
+        self, table: str, batch_id: int, user_metadata: str | None = None
+    ) -> CommitProperties:
+        """A delta-rs commit's app transaction (run, batch), batch tag and ``userMetadata``."""
         from deltalake import CommitProperties, Transaction
 
+        custom: dict[str, Any] = {"tidemark_batch": str(batch_id)}
+        if user_metadata is not None:
+            custom["userMetadata"] = user_metadata
         return CommitProperties(
-            app_transactions=[Transaction(self.app_id(table), batch_id)],
-            custom_metadata={"tidemark_batch": str(batch_id)},
+            app_transactions=[Transaction(self.app_id(table), batch_id)], custom_metadata=custom
         )
 
     def committed(self, delta: DeltaTable, table: str, batch_id: int) -> bool:
@@ -97,18 +101,21 @@ class TableWriter:
         batch_id: int,
         mode: str = "append",
         options: dict[str, Any] | None = None,
+        user_metadata: str | None = None,
     ) -> None:
+        """``user_metadata``: the commit's ``userMetadata`` (default: the batch tag), whichever
+        route commits it (:mod:`tidemark.completeness`)."""
         import delta.exceptions  # noqa: F401  (Delta's commit conflicts raised as Python exceptions)
 
         self.fence()
         faults.reached(f"before:{table}", batch_id)
-        if not (mode == "append" and self._append_files(frame, table, batch_id)):
+        if not (mode == "append" and self._append_files(frame, table, batch_id, user_metadata)):
             writer = (
                 frame.write.format("delta")
                 .mode(mode)
                 .option("txnAppId", self.app_id(table))
                 .option("txnVersion", batch_id)
-                .option("userMetadata", json.dumps({"tidemark_batch": batch_id}))
+                .option("userMetadata", user_metadata or json.dumps({"tidemark_batch": batch_id}))
             )
             # Table properties for a table this write creates (Delta ignores them on appends).
             for key, value in {**self.create_options(table), **(options or {})}.items():
@@ -116,7 +123,9 @@ class TableWriter:
             retrying(lambda: writer.save(self.path(table)))
         faults.reached(f"after:{table}", batch_id)
 
-    def _append_files(self, frame: DataFrame, table: str, batch_id: int) -> bool:
+    def _append_files(
+        self, frame: DataFrame, table: str, batch_id: int, user_metadata: str | None = None
+    ) -> bool:
         """Append ``frame`` as Parquet files Spark writes and delta-rs commits
         (:mod:`tidemark.filecommit`), creating the table first (empty, with its properties) if
         need be; False when that path does not apply (a schema change, a type delta-rs does not
@@ -149,7 +158,7 @@ class TableWriter:
                     actions,
                     mode="append",
                     schema=existing.schema(),
-                    commit_properties=self.commit_properties(table, batch_id),
+                    commit_properties=self.commit_properties(table, batch_id, user_metadata),
                     # checkpointed below, at Spark's interval rather than delta-rs's
                     post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
                 )
@@ -167,10 +176,12 @@ class TableWriter:
         batch_id: int,
         mode: Literal["append", "overwrite"] = "append",
         merge_schema: bool = False,
+        user_metadata: str | None = None,
     ) -> int:
         """Idempotent delta-rs write of a driver-side frame; returns the table version after it.
 
-        ``merge_schema`` lets an append add columns (tables written before a column existed)."""
+        ``merge_schema`` lets an append add columns (tables written before a column existed);
+        ``user_metadata`` is the commit's ``userMetadata``."""
         self.fence()
         faults.reached(f"before:{table}", batch_id)
         path = self.path(table)
@@ -187,7 +198,7 @@ class TableWriter:
                 # Table properties for a table this write creates (ignored by delta-rs otherwise).
                 configuration=self.create_options(table),
                 schema_mode="overwrite" if mode == "overwrite" else ("merge" if merge_schema else None),
-                commit_properties=self.commit_properties(table, batch_id),
+                commit_properties=self.commit_properties(table, batch_id, user_metadata),
             )
             return None
 

@@ -51,12 +51,15 @@ class SmtpReceiver:
 
 
 class HttpReceiver:
-    """Collects the JSON bodies POSTed to it, with their path and headers."""
+    """Collects the JSON bodies POSTed to it, with their path and headers; answers ``status`` with
+    ``body`` (a Slack incoming webhook answers 200 ``ok``)."""
 
     TOKEN = "receiver-token"  # the connection's password: the HTTP provider's hook sends it as a bearer
+    SLACK_PATH = "/services/T0TIDEMARK/B0ALERTS/receiver"  # the incoming webhook's path
 
-    def __init__(self) -> None:
+    def __init__(self, status: int = 204, body: bytes = b"") -> None:
         self.posts: list[dict] = []
+        self.status, self.body = status, body
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,8 +68,10 @@ class HttpReceiver:
                 receiver.posts.append(
                     {"path": self.path, "json": json.loads(body), "headers": dict(self.headers.items())}
                 )
-                self.send_response(204)
+                self.send_response(receiver.status)
+                self.send_header("Content-Length", str(len(receiver.body)))
                 self.end_headers()
+                self.wfile.write(receiver.body)
 
             def log_message(self, *args):
                 pass
@@ -81,6 +86,13 @@ class HttpReceiver:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def slack_connection_json(self) -> str:
+        """A Slack incoming-webhook connection (the Slack provider's ``slackwebhook``) to this
+        receiver: the webhook's whole URL in the password, as Slack hands it out."""
+        return json.dumps(
+            {"conn_type": "slackwebhook", "password": f"http://127.0.0.1:{self.port}{self.SLACK_PATH}"}
+        )
 
     def connection_json(self) -> str:
         return json.dumps(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pandas as pd
@@ -123,3 +124,61 @@ def test_interval_summary_is_the_core_alignment_summary(config):
         f"{format_instant_ms(START + 4 * 60_000)}"
     )
     assert "text" not in alert.details and alert.details["unexplained"] == 2
+
+
+def test_the_misaligned_alert_names_records_behind_an_unexplained_difference(config):
+    """A few ids of each kind with their hosts, the totals, and the windows not examined; the
+    subject says records are unexplained when no window is below target."""
+    from tidemark.alignment import EXTRA, MISSING, RecordDiff, WindowResult, to_arrow
+    from tidemark.tables import write_rs
+
+    lost = [
+        RecordDiff(MISSING, f"id-{i}", f"h{i}", START + i, "k", 1, f"file:/l/part-{i}.jsonl")
+        for i in range(6)
+    ]
+    twice = RecordDiff(EXTRA, "dup-1", "h9", START + 7, "k", 2, "file:/l/part-9.jsonl", batch_id=4)
+
+    def row(i: int, unexplained: int, **kw) -> WindowResult:
+        return WindowResult(
+            window_start_ms=START + i * 60_000,
+            window_end_ms=START + (i + 1) * 60_000,
+            stream_events=1_000_000 - unexplained,
+            batch_events=1_000_000,
+            late_events=0,
+            abs_diff=abs(unexplained),
+            alignment=1 - abs(unexplained) / 1_000_000,
+            aligned=True,
+            unexplained=unexplained,
+            **kw,
+        )
+
+    rows = [
+        row(0, 0),
+        row(1, 9 - 2, missing_records=9, extra_records=2, record_sample=(*lost, twice)),
+        row(2, 3),  # beyond the windows examined
+    ]
+    table = to_arrow(rows, pipeline="alerts", target=0.99, stream_watermark_ms=START, reconciled_at_ms=START)
+    write_rs(config.table_path(S.RECONCILIATION), table, mode="append")
+    summary = interval_summary(config, START, START + 3 * 60_000)
+    assert not summary["ok"] and summary["misaligned"] == [] and summary["unexplained"] == 10
+    records = summary["unexplained_records"]
+    assert (records["missing"], records["extra"]) == (9, 2)
+    assert records["not_examined"] == [format_instant_ms(START + 120_000)]
+    (window,) = records["windows"]
+    assert [(r["kind"], r["event_id"], r["host"]) for r in window["records"]] == [
+        *((MISSING, f"id-{i}", f"h{i}") for i in range(5)),
+        (EXTRA, "dup-1", "h9"),
+    ]
+    alert = misaligned_alert(config, summary)
+    assert alert.subject == (
+        f"[tidemark] alerts: 10 record(s) unexplained in {format_instant_ms(START)} .. "
+        f"{format_instant_ms(START + 3 * 60_000)}"
+    )
+    assert "records behind the unexplained difference: 9 missing from events, 2 extra in events" in alert.text
+    assert (
+        f"  {format_instant_ms(START + 60_000)}: 9 missing from events: h0 id-0, h1 id-1, h2 id-2, h3 id-3, "
+        "h4 id-4 and 4 more; 2 extra in events: h9 dup-1 ×2"
+    ) in alert.text
+    assert f"1 window(s) not examined: {format_instant_ms(START + 120_000)}" in alert.text
+    assert alert.details["unexplained_records"]["windows"][0]["records"][-1]["batch_id"] == 4
+    json.dumps(alert.payload())  # the webhook's body

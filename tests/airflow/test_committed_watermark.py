@@ -105,7 +105,9 @@ def test_sensor_and_trigger_never_open_the_host_progress_table(committed, opened
     assert sensor.poke(context(WATERMARK + 1)) is False
 
     async def first_event():
-        return await anext(WatermarkTrigger(config_path, WATERMARK, poll_interval=0.1).run())
+        return await anext(
+            WatermarkTrigger(config_path, WATERMARK - MINUTE, WATERMARK, "on_time", poll_interval=0.1).run()
+        )
 
     event = asyncio.run(first_event()).payload
     # long after NOW, the host that lagged at the commit still holds the watermark: STALLED

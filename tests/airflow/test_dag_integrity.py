@@ -177,12 +177,14 @@ def test_only_the_reconciliation_takes_params_and_they_default_to_its_scheduled_
 def test_spark_tasks_run_in_the_pipelines_pool(dags):
     # default `spark`; `orders` sets its own
     assert dags["tidemark_reconciliation__clicks"]["pools"] == {
-        "wait_for_watermark": "default_pool",
-        "recompute_and_diff": "spark",
+        "wait_for_close": "default_pool",
+        "reconcile_on_time": "spark",
+        "wait_for_final": "default_pool",
+        "reconcile_final": "spark",
         "data_quality": "spark",
         "check_alignment": "default_pool",
     }
-    assert dags["tidemark_reconciliation__orders"]["pools"]["recompute_and_diff"] == "spark_orders"
+    assert dags["tidemark_reconciliation__orders"]["pools"]["reconcile_final"] == "spark_orders"
     assert dags["tidemark_stream_supervisor__orders"]["pools"]["start_stream"] == "spark_orders"
     assert dags["tidemark_maintenance__clicks"]["pools"] == {"maintain": "spark"}
     assert dags["tidemark_maintenance__orders"]["pools"] == {"maintain": "spark_orders"}

@@ -65,24 +65,24 @@ def test_a_crashed_spark_submit_alerts_once_by_email_and_webhook(
 ):
     smtp, http = receivers
     dag = load_dag("tidemark_reconciliation.py", "tidemark_reconciliation__broken")
-    run = _test_run(dag, run_conf={"start": START, "end": END}, mark_success_pattern="wait_for_watermark")
+    run = _test_run(dag, run_conf={"start": START, "end": END}, mark_success_pattern="wait_for_close")
     assert str(run.state) == "failed"
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-    assert states["recompute_and_diff"] == "failed"
-    alert = _failure_alert(smtp, http, dag.dag_id, "recompute_and_diff")
+    assert states["reconcile_on_time"] == "failed"
+    alert = _failure_alert(smtp, http, dag.dag_id, "reconcile_on_time")
     assert f"{START} .. {END}" in alert["text"]  # the range the run covered
 
 
 def test_a_timed_out_watermark_sensor_alerts_once(airflow_db, empty_pipeline, receivers):
     smtp, http = receivers
     dag = load_dag("tidemark_reconciliation.py", "tidemark_reconciliation__broken")
-    sensor = dag.get_task("wait_for_watermark")
+    sensor = dag.get_task("wait_for_close")
     # poke mode: dag.test() runs a deferred trigger inline without its timeout; the triggerer
     # enforces the same timeout on the deferrable sensor in production
     sensor.deferrable, sensor.mode, sensor.timeout, sensor.poke_interval = False, "poke", 2, 0.5
     run = _test_run(dag, run_conf={"start": START, "end": END})
     assert str(run.state) == "failed"
-    _failure_alert(smtp, http, dag.dag_id, "wait_for_watermark")
+    _failure_alert(smtp, http, dag.dag_id, "wait_for_close")
 
 
 def test_a_stream_that_fails_to_start_alerts_once(spark, airflow_db, empty_pipeline, receivers):

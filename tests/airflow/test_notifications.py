@@ -102,3 +102,84 @@ def test_a_run_whose_task_already_alerted_gets_no_failure_notice(notifier, recei
     assert (http.posts, smtp.messages) == ([], [])
     task.notify(_context(name, run_id="manual__2"))  # another run of the DAG still alerts
     assert len(http.posts) == 1
+
+
+@pytest.fixture
+def slack(monkeypatch):
+    """A local HTTP receiver answering as a Slack incoming webhook (200 ``ok``), wired as the
+    default Slack connection ``tidemark_slack``."""
+    from receivers import HttpReceiver
+
+    with HttpReceiver(status=200, body=b"ok") as receiver:
+        monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_SLACK", receiver.slack_connection_json())
+        yield receiver
+
+
+def test_every_channel_links_the_runbook_and_the_dashboards_and_slack_gets_it_too(
+    airflow_db, receivers, slack, tmp_path, monkeypatch
+):
+    from test_alert_builders import _status
+
+    from tidemark.config import load_config
+    from tidemark_airflow.alerts import RUNBOOKS, send, stall_alert
+
+    smtp, http = receivers
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com")
+    name = f"s{uuid.uuid4().hex[:8]}"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "pipeline": name,
+                "source": {"kind": "files", "path": str(tmp_path / "landing")},
+                "warehouse": str(tmp_path / "warehouse"),
+                "checkpoint": str(tmp_path / "checkpoints" / name),
+                "alerts": {
+                    "email_to": ["oncall@example.com"],
+                    "webhook_endpoint": "/alerts",
+                    "docs_url": "https://docs.example.com/tidemark",
+                    "dashboard_url": f"https://grafana.example.com/d/tidemark?var-pipeline={name}",
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+    config = load_config(path)
+    alert = stall_alert(config, _status(1_763_805_600_000))
+    assert send(alert, config) == ["email", "webhook", "slack"]
+    runbook = "https://docs.example.com/tidemark/operations/#runbook-the-watermark-stalled"
+    links = {
+        "runbook": runbook,
+        "tidemark_view": "https://airflow.example.com/tidemark/",
+        "dashboard": f"https://grafana.example.com/d/tidemark?var-pipeline={name}",
+    }
+    assert RUNBOOKS["stall"] == "runbook-the-watermark-stalled"
+    # Slack, through the provider's incoming-webhook notifier: one message, subject, text and links
+    [post] = slack.posts
+    assert post["path"] == slack.SLACK_PATH
+    text = post["json"]["text"]
+    assert text.startswith(f"*{alert.subject}*\n```")
+    assert f"<{runbook}|Runbook>" in text and "<https://airflow.example.com/tidemark/|Tidemark view>" in text
+    assert f"<{links['dashboard']}|Dashboard>" in text
+    # the webhook's JSON and the email carry the same links
+    assert http.posts[0]["json"]["links"] == links
+    html = smtp.messages[0]["message"].get_body(("html",)).get_content()
+    assert all(f'href="{url}"' in html.replace("&amp;", "&") for url in links.values())
+    # sent once per channel: a retried task sends nothing more
+    assert send(alert, config) == []
+    assert (len(slack.posts), len(http.posts), len(smtp.messages)) == (1, 1, 1)
+
+
+def test_every_kind_of_alert_links_a_runbook_section_with_a_stable_anchor():
+    """The runbook links point at sections of docs/operations.md that carry the anchor explicitly
+    (``{#...}``), so rewording a heading cannot break the links in alerts already sent."""
+    import re
+
+    from conftest import REPO
+
+    from tidemark_airflow.alerts import RUNBOOKS
+
+    assert set(RUNBOOKS) == {"stall", "recovery", "restarts", "misaligned", "quality", "failure"}
+    page = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    anchors = set(re.findall(r"^## Runbook: .*\{#([a-z0-9-]+)\}$", page, re.MULTILINE))
+    assert set(RUNBOOKS.values()) <= anchors, set(RUNBOOKS.values()) - anchors

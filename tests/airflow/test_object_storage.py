@@ -221,16 +221,19 @@ def check_watermark_sensor_and_trigger(pipeline) -> None:
         start = datetime.fromtimestamp((end_ms - 3_600_000) / 1000, tz=UTC)
         return {"data_interval_start": start, "data_interval_end": end}
 
-    assert sensor.poke(context(watermark)) is True
-    assert sensor.poke(context(watermark + 60_000)) is False
+    # an interval is due once its last (1-minute) window is closed: the watermark past its end
+    closed = watermark - watermark % 60_000
+    assert sensor.poke(context(closed)) is True
+    assert sensor.poke(context(closed + 60_000)) is False
 
     async def first_event(target: int):
-        return await asyncio.wait_for(anext(WatermarkTrigger(str(path), target, 0.2).run()), 60)
+        trigger = WatermarkTrigger(str(path), target - 3_600_000, target, "on_time", poll_interval=0.2)
+        return await asyncio.wait_for(anext(trigger.run()), 60)
 
-    event = asyncio.run(first_event(watermark))
+    event = asyncio.run(first_event(closed))
     assert event.payload["status"] == "passed" and event.payload["watermark_ms"] == watermark
     with pytest.raises(TimeoutError):
-        asyncio.run(asyncio.wait_for(first_event(watermark + 60_000), 3))
+        asyncio.run(asyncio.wait_for(first_event(closed + 60_000), 3))
 
 
 def test_stream_kills_maintenance_reconcile_quality_and_sensor_on_s3(s3, tmp_path):

@@ -136,5 +136,9 @@ def test_the_reconciliation_job_gets_the_runs_hour_or_its_params_range():
         "2025-11-22T10:00:00.000Z",
         "--end",
         "2025-11-22T11:00:00.000Z",
+        "--pass",
+        "final",
     ]
-    assert task.job_args(manual)[3::2] == ["2025-11-21T00:00:00.000Z", "2025-11-21T06:00:00.000Z"]
+    assert task.job_args(manual)[3:6:2] == ["2025-11-21T00:00:00.000Z", "2025-11-21T06:00:00.000Z"]
+    on_time = ReconcileSubmitOperator(task_id="o", config_path="/p/clicks.yaml", reconcile_pass="on_time")
+    assert on_time.job_args(scheduled)[-2:] == ["--pass", "on_time"]

@@ -3,12 +3,16 @@
 The launcher starts Airflow (API server + UI, scheduler, DAG processor, triggerer; LocalExecutor,
 SQLite), the live generator with the history since the last complete hour, and the pipeline
 config with ``reconcile_start`` at that hour; the stream supervisor DAG then starts the streaming
-job through the Spark provider. Nobody clicks anything until the scheduler's own catchup run of
-that hour has gone through all four tasks and published the ``reconciled`` Asset event; then a
-backfill of the same hour through the REST API (what the UI's backfill dialog calls) re-runs it
-and changes nothing. In the browser: log in, see the DAGs, open the Tidemark view, check its
-plots against the Delta tables, follow its links to the hour's report and to the Data Docs and
-load every same-origin link inside them, see it refresh without a reload, trigger a manual run.
+job through the Spark provider. In that hour one host is cut off for a few minutes, so its
+records arrive after their windows closed, within the allowed lateness (3 minutes here). Nobody
+clicks anything until the scheduler's own catchup run of that hour has gone through all six tasks:
+its on-time pass (windows closed) shows the host's records missing (on-time alignment below 1.0),
+its final pass (windows final) has them folded in (alignment 1.0), and both passes published their
+Asset events; then a backfill of the same hour through the REST API (what the UI's backfill
+dialog calls) re-runs both passes and changes nothing. In the browser: log in, see the DAGs, open
+the Tidemark view, check its plots against the Delta tables and the hour's two passes, follow its
+links to the hour's report and to the Data Docs and load every same-origin link inside them, see it
+refresh without a reload, trigger a manual run.
 A user who may not read the DAGs is refused. Screenshots and the hour's task timings go to
 test-artifacts/airflow/.
 
@@ -51,7 +55,14 @@ DAGS = [
     f"tidemark_watermark_monitor__{PIPELINE}",
 ]
 RECONCILIATION = DAGS[0]
-TASKS = ["wait_for_watermark", "recompute_and_diff", "data_quality", "check_alignment"]
+TASKS = [
+    "wait_for_close",
+    "reconcile_on_time",
+    "wait_for_final",
+    "reconcile_final",
+    "data_quality",
+    "check_alignment",
+]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 
 
@@ -65,6 +76,7 @@ def platform(tmp_path_factory):
         hosts=200,
         minutes=40,
         users="admin:admin,nobody:",
+        allowed_lateness="3m",  # the hour's final pass comes 3 minutes after its close
     )
     try:
         platform.start(echo=lambda m: None)
@@ -131,6 +143,16 @@ def _iso(text: str) -> int:
 def _hour_runs(platform: Platform, token: str, start_ms: int) -> list[dict]:
     runs = _api(platform, token, f"/api/v2/dags/{RECONCILIATION}/dagRuns?limit=100")["dag_runs"]
     return [r for r in runs if r.get("data_interval_start") and _iso(r["data_interval_start"]) == start_ms]
+
+
+def _hour_passes(config, start_ms: int, end_ms: int) -> dict:
+    from tidemark.passes import read_passes
+
+    return {
+        p.pass_name: p
+        for p in read_passes(config, start_ms, end_ms)
+        if (p.start_ms, p.end_ms) == (start_ms, end_ms)
+    }
 
 
 def _task_instances(platform: Platform, token: str, run_id: str) -> dict[str, dict]:
@@ -287,15 +309,28 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
     assert _iso(run["data_interval_end"]) == hour_end  # exactly one hour
     tis = _task_instances(platform, token, run["dag_run_id"])
     assert {t: tis[t]["state"] for t in TASKS} == dict.fromkeys(TASKS, "success")
-    assert tis["recompute_and_diff"]["pool"] == "spark" and tis["data_quality"]["pool"] == "spark"
+    assert all(tis[t]["pool"] == "spark" for t in ("reconcile_on_time", "reconcile_final", "data_quality"))
     timings = {t: round(tis[t]["duration"], 1) for t in TASKS}
     rows = reconciliation_rows(config, hour_start, hour_end)
-    assert len(rows) == 60 and set(rows["status"]) == {"closed"}
+    assert len(rows) == 60 and set(rows["status"]) == {"closed"} and rows["final"].all()
     assert (rows["unexplained"] == 0).all()
+    # The two passes: on time, the lagging host's records were not in their windows yet; final,
+    # they were folded in (within the allowed lateness) and the hour is exact.
+    passes = _hour_passes(config, hour_start, hour_end)
+    on_time, final = passes["on_time"], passes["final"]
+    assert on_time.worst_ontime_alignment < 1.0 and on_time.late_folded > 0, on_time
+    assert final.worst_alignment == 1.0 and final.final == 60 and final.unexplained == 0, final
+    assert final.ok and on_time.reconciled_at_ms < final.reconciled_at_ms
+    assert on_time.stream_watermark_ms >= hour_end  # every window closed when it ran
+    assert final.stream_watermark_ms >= hour_end + config.allowed_lateness  # and final
     events = _api(platform, token, f"/api/v2/assets/events?source_dag_id={RECONCILIATION}")["asset_events"]
     hour_events = [e for e in events if e["extra"].get("start") == format_instant_ms(hour_start)]
-    assert len(hour_events) == 1 and hour_events[0]["extra"]["windows"] == 60
-    assert hour_events[0]["source_run_id"] == run["dag_run_id"]
+    by_pass = {e["extra"]["pass"]: e for e in hour_events}
+    assert len(hour_events) == 2 and set(by_pass) == {"on_time", "final"}, hour_events
+    assert by_pass["final"]["extra"]["windows"] == 60 and by_pass["final"]["extra"]["worst_alignment"] == 1.0
+    assert by_pass["on_time"]["extra"]["alignment"] == on_time.worst_ontime_alignment
+    assert by_pass["final"]["extra"]["passes"]["on_time"]["alignment"] == on_time.worst_ontime_alignment
+    assert {e["source_run_id"] for e in hour_events} == {run["dag_run_id"]}
 
     # 2. Backfill the same hour (the UI's dialog calls this endpoint): it re-runs and changes nothing.
     window = {"from_date": format_instant_ms(hour_start), "to_date": format_instant_ms(hour_start)}
@@ -323,8 +358,12 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
     after = reconciliation_rows(config, hour_start, hour_end)
     columns = ["window_start_ms", "stream_events", "batch_events", "late_events", "alignment", "unexplained"]
     assert after[columns].equals(rows[columns])  # idempotent: the hour's rows replaced by the same
+    again_passes = _hour_passes(config, hour_start, hour_end)  # one row per pass, the same figures
+    figures = ["worst_alignment", "worst_ontime_alignment", "late_folded", "unexplained", "closed"]
+    for name, before in passes.items():
+        assert [getattr(again_passes[name], f) for f in figures] == [getattr(before, f) for f in figures]
     events = _api(platform, token, f"/api/v2/assets/events?source_dag_id={RECONCILIATION}")["asset_events"]
-    assert len([e for e in events if e["extra"].get("start") == format_instant_ms(hour_start)]) >= 2
+    assert len([e for e in events if e["extra"].get("start") == format_instant_ms(hour_start)]) >= 4
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
@@ -370,6 +409,13 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
             }
             assert expected.items() <= points.items()
             expect(section.locator("svg.alignment-plot line.target")).to_have_count(1)
+            # the hour's two passes beside its report link: on time below 1.0, final 1.0
+            shown = dict(
+                section.locator(
+                    f'span.recon-pass[data-start="{format_instant_ms(hour_start)}"]'
+                ).evaluate_all("els => els.map(e => [e.dataset.pass, Number(e.dataset.alignment)])")
+            )
+            assert shown == {"on_time": on_time.worst_ontime_alignment, "final": 1.0}, shown
             page.screenshot(path=str(ARTIFACTS / "tidemark_view.png"), full_page=True)
 
             # refreshes in place: new data-refreshed-at, same document (no reload)
@@ -382,6 +428,12 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
             # 4. The hour's report and the Data Docs, and every link inside them.
             report = open_hour_report(page, section, PIPELINE, format_instant_ms(hour_start))
             report.screenshot(path=str(ARTIFACTS / "hour_report.png"), full_page=True)
+            listed = report.locator("table.passes tr.recon-pass").evaluate_all(
+                "els => els.map(e => [e.dataset.pass, Number(e.dataset.ontimeAlignment),"
+                " Number(e.dataset.alignment)])"
+            )  # the report lists both passes of its hour
+            assert [r[0] for r in listed] == ["on_time", "final"], listed
+            assert listed[0][1] < 1.0 and listed[1][2] == 1.0, listed
             with report.expect_navigation():
                 report.locator("#data-docs-link").click()
             expect(report.locator("body")).to_contain_text("Expectation", timeout=30_000)

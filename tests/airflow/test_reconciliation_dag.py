@@ -69,7 +69,8 @@ def test_trigger_waits_for_the_watermark_then_fires(spark, pipeline):
 
     async def first_event(timeout: float):
         return await asyncio.wait_for(
-            anext(WatermarkTrigger(config_path(config), target, 0.2).run()), timeout
+            anext(WatermarkTrigger(config_path(config), scenario.start_ms, target, "on_time", 0, 0.2).run()),
+            timeout,
         )
 
     with pytest.raises(TimeoutError):
@@ -104,8 +105,10 @@ def test_reconciliation_dag_alerts_on_a_misaligned_hour_then_publishes_it_once_w
     # still published, and the hour gets no Asset event.
     run = dag.test(run_conf=conf)
     assert _states(run) == {
-        "wait_for_watermark": "success",
-        "recompute_and_diff": "success",
+        "wait_for_close": "success",
+        "reconcile_on_time": "success",
+        "wait_for_final": "success",
+        "reconcile_final": "success",
         "data_quality": "failed",
         "check_alignment": "upstream_failed",
     }
@@ -130,6 +133,9 @@ def test_reconciliation_dag_alerts_on_a_misaligned_hour_then_publishes_it_once_w
     assert {"reconciliation", "data-docs", "quality-history"} <= set(pages)
     assert misaligned[0] in pages["reconciliation"].read_text(encoding="utf-8")
     assert _asset_events("tidemark.rec.reconciled") == []
+    # the on-time pass is not gated: its event is published (allowed_lateness 0: final at close)
+    [on_time] = _asset_events("tidemark.rec.reconciled_on_time")
+    assert on_time["extra"]["pass"] == "on_time" and on_time["extra"]["start"] == conf["start"]
 
     # 2. The pipeline's own targets (the outage is expected here): the same hour passes the suites
     # and the gate, and the reconciled Asset event carries its figures. No further alert.
@@ -149,6 +155,8 @@ def test_reconciliation_dag_alerts_on_a_misaligned_hour_then_publishes_it_once_w
     assert event["extra"]["start"] == conf["start"] and event["extra"]["end"] == conf["end"]
     assert event["extra"]["windows"] == 5 and event["extra"]["aligned_share"] == 1.0
     assert event["source_dag_id"] == "tidemark_reconciliation__rec"
+    assert event["extra"]["pass"] == "final" and set(event["extra"]["passes"]) == {"on_time", "final"}
+    assert event["extra"]["passes"]["final"]["worst_alignment"] == event["extra"]["worst_alignment"]
     assert len(http.posts) == 1 and len(smtp.messages) == 1
 
     # The Tidemark view shows the hour's windows (window starts as committed, not in seconds

@@ -3,12 +3,17 @@ writer's columns and the readers, rows from before a column existed read with it
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from tidemark.alignment import (
     CLOSED,
+    EXTRA,
+    MISSING,
     OPEN,
     RECONCILIATION_SCHEMA,
+    RecordDiff,
     WindowResult,
     alignment_summary,
     frame_of,
@@ -46,6 +51,9 @@ def test_the_table_schema_is_the_row_type_in_table_order():
         "ontime_alignment",
         "final",
         "revisions",
+        "missing_records",
+        "extra_records",
+        "record_sample",
         "target",
         "stream_watermark",
         "reconciled_at",
@@ -85,3 +93,37 @@ def test_the_summary_of_rows_and_of_their_frame_agree_and_ok_needs_nothing_unexp
     assert (summary.closed, summary.open, summary.misaligned_ms, summary.unexplained) == (2, 1, (), 1)
     assert not summary.ok and alignment_summary(frame_of(rows[:1]), 0.98).ok
     assert alignment_summary(frame_of(rows[:1]), 0.99).misaligned_ms == (T0,)
+
+
+def test_the_records_behind_a_difference_are_stored_and_read_back_and_absent_on_older_rows():
+    """The sample is a list of structs in the row; rows without it (older, or not examined) read
+    as not examined: None totals and an empty sample."""
+    lost = RecordDiff(MISSING, "<i>a</i>", "h1", T0 + 5, None, 1, "file:/l/part-1.jsonl")
+    twice = RecordDiff(EXTRA, "b", "h2", T0 + 6, "k", 2, "file:/l/part-2.jsonl", batch_id=3)
+    examined = _row(T0, unexplained=-1, missing_records=1, extra_records=2, record_sample=(lost, twice))
+    rows = [examined, _row(T0 + MINUTE, unexplained=4), _row(T0 + 2 * MINUTE)]
+    rows = [replace(w, ontime_events=98, ontime_alignment=0.98) for w in rows]  # as read back
+    table = to_arrow(rows, pipeline="p", target=0.99, stream_watermark_ms=T0, reconciled_at_ms=T0)
+    back = window_results(table.to_pandas())
+    assert back == rows and back[0].record_sample == (lost, twice)
+    assert back[0].examined and back[1].records_not_examined and not back[2].records_not_examined
+    assert back[0].records_line() == "1 missing from events: h1 <i>a</i>; 2 extra in events: h2 b ×2"
+    assert back[0].records_totals() == "1 missing from events (1 listed), 2 extra in events (1 listed)"
+    assert back[0].explanation() == ("1 record(s) counted twice (unexplained); " + back[0].records_totals())
+    assert back[1].explanation().endswith("; records not examined (beyond the windows examined per run)")
+    assert alignment_summary(frame_of(back), 0.9).unexplained == 5
+    legacy = table.drop_columns(["missing_records", "extra_records", "record_sample"]).to_pandas()
+    assert [(w.missing_records, w.extra_records, w.record_sample) for w in window_results(legacy)] == [
+        (None, None, ())
+    ] * 3
+
+
+def test_a_sample_smaller_than_the_total_says_how_many_more():
+    sample = tuple(RecordDiff(MISSING, f"id{i}", f"h{i}", T0 + i, "k", 1, "s") for i in range(3))
+    w = _row(T0, unexplained=8, missing_records=8, extra_records=0, record_sample=sample)
+    assert w.records_line(shown=2) == "8 missing from events: h0 id0, h1 id1 and 6 more"
+    nothing = _row(T0, unexplained=-2, missing_records=0, extra_records=0)
+    assert (
+        nothing.records_line()
+        == "no record differs between the recompute and events: the window counts differ"
+    )

@@ -48,6 +48,8 @@ NEVER_RAN = [
     ["watermark"],
     ["watermark", "--fail-on-stall"],
     ["watermark", "--json"],
+    ["completeness"],
+    ["completeness", "--json", "--hour", "2025-11-22T10:00:00Z"],
     ["report"],
     ["report", "--validate"],
     ["validate"],
@@ -93,6 +95,7 @@ def test_a_pipeline_with_a_table_has_run(tmp_path, capsys):
 
 READERS = [
     ["watermark"],
+    ["completeness"],
     ["report"],
     ["validate"],
     ["maintain", "--dry-run"],

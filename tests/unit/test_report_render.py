@@ -120,3 +120,63 @@ def test_report_verdict_and_totals_are_the_alignment_summary(tmp_path):
     assert '<div class="kpi"><b>2/3</b><span>windows at or above target 0.99</span></div>' in page
     assert '<tr class="below" data-window="2025-11-22T10:02:00.000Z"' in page
     assert "No reconciled windows yet." not in page and 'id="chart-lag"' in page
+
+
+def test_the_records_behind_an_unexplained_difference_are_a_table_of_text():
+    """Each sampled record a row (kind, host, id, time, key, copies, source, batch), every name
+    escaped; windows beyond the bound named as not examined."""
+    from tidemark.alignment import EXTRA, MISSING, RecordDiff
+
+    hostile = "<script>alert(1)</script>"
+    sample = (
+        RecordDiff(MISSING, f"id{hostile}", "h1", T0 + 1, f"k{hostile}", 1, f"file:/l/{hostile}.jsonl"),
+        RecordDiff(EXTRA, "dup", "h2", T0 + 2, None, 2, "t/0@17", batch_id=5),
+    )
+    examined = WindowResult(
+        window_start_ms=T0,
+        stream_events=1_000,
+        batch_events=1_000,
+        late_events=0,
+        abs_diff=0,
+        alignment=1.0,
+        unexplained=0 + 1 - 2,
+        missing_records=1,
+        extra_records=2,
+        record_sample=sample,
+    )
+    skipped = WindowResult(
+        window_start_ms=T0 + MINUTE,
+        stream_events=999,
+        batch_events=1_000,
+        late_events=0,
+        abs_diff=1,
+        alignment=0.999,
+        unexplained=1,
+    )
+    frame = pd.DataFrame(
+        {
+            "window_start_ms": [T0, T0 + MINUTE],
+            "status": ["closed", "closed"],
+            "alignment": [1.0, 0.999],
+            "stream_events": [1_000, 999],
+            "batch_events": [1_000, 1_000],
+            "late_events": [0, 0],
+            "unexplained": [-1, 1],
+        }
+    )
+    data = ReportData("p", 0.99, [examined, skipped], alignment_summary(frame, 0.99), [], [], T0, "ADVANCING")
+    page = render_report(data)
+    assert "<script" not in page
+    assert '<h2 id="unexplained">Unexplained records</h2>' in page
+    assert (
+        '<tr class="record missing" data-kind="missing" data-host="h1" '
+        'data-event-id="id&lt;script&gt;alert(1)&lt;/script&gt;" data-copies="1">'
+        '<td class="l">missing</td><td class="l">h1</td>'
+        '<td class="l"><code>id&lt;script&gt;alert(1)&lt;/script&gt;</code></td>'
+        '<td class="l">2025-11-22T10:00:00.001Z</td><td class="l">k&lt;script&gt;alert(1)&lt;/script&gt;</td>'
+        '<td>1</td><td class="l"><code>file:/l/&lt;script&gt;alert(1)&lt;/script&gt;.jsonl</code></td>'
+        "<td>-</td></tr>"
+    ) in page
+    assert '<td class="l">-</td><td>2</td><td class="l"><code>t/0@17</code></td><td>5</td></tr>' in page
+    assert "1 missing from events (1 listed), 2 extra in events (1 listed)" in page
+    assert 'id="not-examined">1 more window(s)' in page and "2025-11-22T10:01:00.000Z</p>" in page

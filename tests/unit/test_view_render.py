@@ -54,11 +54,13 @@ def _summary(name: str = "live", host: str = "host-0042", error: str | None = No
                 "data-docs": prefix + "gx/uncommitted/data_docs/local_site/index.html",
                 "quality-history": prefix + "gx/uncommitted/data_docs/local_site/history.html",
             },
+            # the newest hour had its on-time pass only (no report until the final pass)
             "hours": [
                 {
                     "start": format_instant_ms(HOUR - i * 3_600_000),
                     "end": format_instant_ms(HOUR - (i - 1) * 3_600_000),
-                    "href": prefix + f"hours/{i}.html",
+                    "href": prefix + f"hours/{i}.html" if i else None,
+                    "passes": {name: _pass(name, i) for name in (("on_time",) if i == 0 else PASSES)},
                 }
                 for i in range(3)
             ],
@@ -67,6 +69,29 @@ def _summary(name: str = "live", host: str = "host-0042", error: str | None = No
     if error is not None:
         summary["error"] = error
     return summary
+
+
+PASSES = ("on_time", "final")
+
+
+def _pass(name: str, i: int) -> dict:
+    """An hour's recorded pass as the view's summary carries it (PassResult.to_dict())."""
+    end = HOUR - (i - 1) * 3_600_000
+    ontime, final = 0.9995, 1.0
+    return {
+        "pass": name,
+        "start": format_instant_ms(end - 3_600_000),
+        "end": format_instant_ms(end),
+        "reconciled_at": format_instant_ms(end + (120_000 if name == "on_time" else 3_720_000)),
+        "stream_watermark": format_instant_ms(end + (121_000 if name == "on_time" else 3_721_000)),
+        "windows": 60,
+        "closed": 60,
+        "final": 0 if name == "on_time" else 60,
+        "worst_alignment": final,
+        "worst_ontime_alignment": ontime,
+        "alignment": ontime if name == "on_time" else final,
+        "ok": True,
+    }
 
 
 def _dashboard(name: str = "live") -> Dashboard:
@@ -192,3 +217,27 @@ def test_the_routes_serve_the_templates(monkeypatch):
     assert not markup_shown_as_text(visible_text(index.text))
     check_against_baseline(outline(index.text))
     assert '"/fragment"' in index.text  # the refresh's URL, from the request's root path
+
+
+def test_each_reconciled_hour_shows_its_on_time_and_final_pass(page):
+    root = parse(page)
+    items = [n for n in root.iter() if n.tag == "li"]
+    assert len(items) == 3
+    passes = [
+        [
+            (s.attrs["data-pass"], s.attrs["data-alignment"], s.text())
+            for s in li.iter()
+            if "recon-pass" in s.classes
+        ]
+        for li in items
+    ]
+    # newest first: on time only (the final pass pending, no report yet), then both
+    assert passes[0] == [("on_time", "0.9995", "on time 0.9995")]
+    assert [n.text() for n in items[0].iter() if "recon-pass-pending" in n.classes] == ["final pending"]
+    assert not [n for n in items[0].iter() if "hour-report" in n.classes]
+    assert (
+        passes[1]
+        == passes[2]
+        == [("on_time", "0.9995", "on time 0.9995"), ("final", "1.0", "final 1.0000 ✓")]
+    )
+    assert all([n for n in li.iter() if "hour-report" in n.classes] for li in items[1:])

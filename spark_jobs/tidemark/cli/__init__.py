@@ -2,18 +2,20 @@
 
 Sub-commands, one module each (a command's options beside its handler): ``generate`` and ``demo``
 (:mod:`.scenario`), ``stream``, ``maintain`` and ``jvm-archive`` (:mod:`.run`), ``reconcile``,
-``watermark``, ``validate`` and ``report`` (:mod:`.check`), ``schema`` (:mod:`.schema`); what they
-share is in :mod:`.common`. A :class:`tidemark.errors.TidemarkError` (bad input or config, object
-storage that cannot be read, another writer, a pipeline that has not run yet) ends the command with
-one line on stderr and its exit code (:class:`tidemark.errors.ExitCode`), before any JVM where it
-can; any other exception is a bug and keeps its traceback.
+``watermark``, ``validate`` and ``report`` (:mod:`.check`), ``completeness``
+(:mod:`.completeness`), ``schema`` (:mod:`.schema`); what they share is in :mod:`.common`. A
+:class:`tidemark.errors.TidemarkError` (bad input or config, object storage that cannot be read,
+another writer, a pipeline that has not run yet) ends the command with one line on stderr and its
+exit code (:class:`tidemark.errors.ExitCode`), before any JVM where it can; any other exception is
+a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from tidemark.cli.check import (
     add_reconcile_command,
@@ -21,6 +23,7 @@ from tidemark.cli.check import (
     add_validate_command,
     add_watermark_command,
 )
+from tidemark.cli.completeness import add_completeness_command
 from tidemark.cli.run import add_jvm_archive_command, add_maintain_command, add_stream_command
 from tidemark.cli.scenario import add_demo_command, add_generate_command
 from tidemark.cli.schema import add_schema_command
@@ -52,6 +55,7 @@ COMMANDS = (
     add_reconcile_command,
     add_maintain_command,
     add_watermark_command,
+    add_completeness_command,
     add_validate_command,
     add_report_command,
     add_demo_command,
@@ -79,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"on stderr); {ExitCode.MISALIGNED:d} reconcile --fail-below; {ExitCode.STALLED:d} watermark "
         f"--fail-on-stall; {ExitCode.QUALITY:d} a failing expectation; {ExitCode.LEASE:d} another "
         f"stream holds the lease; {ExitCode.NOT_RUN:d} the pipeline has not run yet (no tables under "
-        "its warehouse): watermark, report, validate, maintain and reconcile say so in one line, "
-        "write nothing and start no JVM.",
+        "its warehouse): watermark, completeness, report, validate, maintain and reconcile say so in "
+        "one line, write nothing and start no JVM.",
     )
     parser.add_argument("--version", action="version", version=f"tidemark {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -93,10 +97,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code (a :class:`TidemarkError` is one line on stderr)."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with _job_lineage(args) as ended:
+            code = int(args.func(args) or 0)
+            ended(code)
+        return code
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
     except TidemarkError as exc:
         print(exc.one_line(), file=sys.stderr)
         return int(exc.exit_code)
+
+
+def _job_lineage(args: argparse.Namespace) -> AbstractContextManager[Callable[[int], None]]:
+    """The OpenLineage run of a command that runs a job (:mod:`tidemark.lineage`: START now,
+    COMPLETE or FAIL with the exit code it is told); for any other command, or a config that does
+    not load (the command says why), nothing."""
+    from tidemark import lineage
+    from tidemark.config import load_config
+
+    command = getattr(args, "command", None)  # a Namespace built by hand (tests) may have none
+    if (
+        command not in lineage.JOB_COMMANDS
+        or (command == "report" and not getattr(args, "validate", False))
+        or (command == "maintain" and getattr(args, "dry_run", False))
+    ):
+        return nullcontext(lambda code: None)
+    try:
+        config = load_config(args.config)
+    except Exception:
+        return nullcontext(lambda code: None)
+    return lineage.job_run(config, command, (getattr(args, "start", None), getattr(args, "end", None)))

@@ -23,6 +23,7 @@ from tidemark.cli.common import (
 from tidemark.config import PipelineConfig, load_config
 from tidemark.errors import ConfigError, UsageError
 from tidemark.timeutil import format_instant_ms
+from tidemark.unexplained import DEFAULT_MAX_WINDOWS, DEFAULT_SAMPLE
 
 if TYPE_CHECKING:
     from tidemark.reconcile import ReconcileReport
@@ -77,7 +78,25 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     spark = sparkenv.session_for(config, "reconcile")
     if not args.json:
         echo(f"[{config.pipeline}] reconciling {format_instant_ms(start)} .. {format_instant_ms(end)}")
-    report = reconcile(spark, config, start, end, target=args.target, write=not args.dry_run)
+    report = reconcile(
+        spark,
+        config,
+        start,
+        end,
+        target=args.target,
+        write=not args.dry_run,
+        sample=args.sample_records,
+        max_windows=args.examine_windows,
+    )
+    if report.examined:  # the records behind a difference were looked up in events
+        from tidemark.lineage import note_read
+
+        note_read(S.EVENTS)
+    if args.reconcile_pass and not args.dry_run:
+        from tidemark.passes import pass_of, record_pass
+        from tidemark.timeutil import now_ms
+
+        record_pass(config, pass_of(report, args.reconcile_pass, now_ms()))
     echo(report.to_json() if args.json else report.table())
     return _misaligned(report, args.fail_below)
 
@@ -118,7 +137,42 @@ def add_reconcile_command(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print only; do not write the reconciliation table nor add to the landing index",
     )
+    rc.add_argument(
+        "--pass",
+        dest="reconcile_pass",
+        choices=("on_time", "final"),
+        help="also record the run as this pass of the range in the reconciliation_passes table "
+        "(replacing the pass's row): on_time once its windows are closed, final once they are "
+        "final (what the Airflow reconciliation DAG runs)",
+    )
+    rc.add_argument(
+        "--sample-records",
+        type=_count,
+        default=DEFAULT_SAMPLE,
+        metavar="N",
+        help="records listed per window and kind (missing from events, extra in it) behind an "
+        "unexplained difference; the totals are always exact (default %(default)s)",
+    )
+    rc.add_argument(
+        "--examine-windows",
+        type=_count,
+        default=DEFAULT_MAX_WINDOWS,
+        metavar="N",
+        help="closed windows with an unexplained difference whose records are looked for, the "
+        "largest differences first; the others are named as not examined (default %(default)s)",
+    )
     rc.set_defaults(func=cmd_reconcile)
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
