@@ -61,8 +61,13 @@ class Platform:
         rate: int = 6,
         users: str = "admin:admin",
         allowed_lateness: str = "1h",
+        statsd_port: int | None = None,
     ) -> None:
         self.root = root.resolve()
+        # Airflow's own metrics (scheduler heartbeats, DAG runs, task outcomes) go out as StatsD
+        # over UDP to 127.0.0.1 (nothing is lost or logged when no one listens): point a
+        # statsd_exporter or an agent at it (docs/operations.md#airflows-own-metrics).
+        self.statsd_port = statsd_port or int(os.environ.get("TIDEMARK_STATSD_PORT") or 8125)
         self.users = users  # Simple auth manager's "user:role,..." (passwords are generated)
         self.port = port
         self.hosts, self.minutes, self.rate = hosts, minutes, rate
@@ -100,6 +105,10 @@ class Platform:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "20",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "20",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(self.statsd_port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
             "TIDEMARK_PIPELINES_DIR": str(self.pipelines),
             "AIRFLOW_CONN_TIDEMARK_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         }

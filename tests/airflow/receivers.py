@@ -104,3 +104,37 @@ class HttpReceiver:
                 "password": self.TOKEN,
             }
         )
+
+
+class StatsdReceiver:
+    """A UDP socket on loopback collecting StatsD lines (``name:value|type``), as a statsd_exporter
+    or an agent would receive Airflow's own metrics."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except OSError:  # the timeout, or the socket closed
+                continue
+            self.lines.extend(data.decode("utf-8", "replace").splitlines())
+
+    def names(self) -> set[str]:
+        return {line.split(":", 1)[0] for line in list(self.lines)}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()

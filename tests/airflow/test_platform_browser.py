@@ -35,7 +35,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import pytest
 from helpers import open_hour_report, sign_in
-from receivers import free_port
+from receivers import StatsdReceiver, free_port
 from view_outline import check_against_baseline, markup_shown_as_text, outline
 
 from tidemark import schemas as S
@@ -67,7 +67,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-b
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory):
+def statsd():
+    receiver = StatsdReceiver()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory, statsd):
     # 200 hosts keep the live stream light on 2 cores; everything else is what `make run` starts.
     # "nobody" has no role: logged in, but allowed nothing.
     platform = Platform(
@@ -77,6 +84,7 @@ def platform(tmp_path_factory):
         minutes=40,
         users="admin:admin,nobody:",
         allowed_lateness="3m",  # the hour's final pass comes 3 minutes after its close
+        statsd_port=statsd.port,  # Airflow's own metrics, as `make run` sends them
     )
     try:
         platform.start(echo=lambda m: None)
@@ -268,7 +276,7 @@ def _check_what_a_person_sees(page, section) -> None:
     check_against_baseline(outline(page.evaluate(OUTLINE_DOM)))
 
 
-def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(platform):
+def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(platform, statsd):
     from playwright.sync_api import expect, sync_playwright
 
     began = time.monotonic()
@@ -331,6 +339,13 @@ def test_the_scheduler_reconciles_the_past_hour_and_the_tidemark_view_shows_it(p
     assert by_pass["on_time"]["extra"]["alignment"] == on_time.worst_ontime_alignment
     assert by_pass["final"]["extra"]["passes"]["on_time"]["alignment"] == on_time.worst_ontime_alignment
     assert {e["source_run_id"] for e in hour_events} == {run["dag_run_id"]}
+    # Airflow's own metrics reached a StatsD receiver: the scheduler's heartbeat and this run's
+    # outcome (issue 40: Airflow's metrics on in `make run`).
+    names = statsd.names()
+    assert "airflow.scheduler_heartbeat" in names, sorted(names)[:40]
+    assert any(n.startswith("airflow.dagrun.duration.success") for n in names), sorted(
+        n for n in names if "dagrun" in n
+    )
 
     # 2. Backfill the same hour (the UI's dialog calls this endpoint): it re-runs and changes nothing.
     window = {"from_date": format_instant_ms(hour_start), "to_date": format_instant_ms(hour_start)}
