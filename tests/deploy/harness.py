@@ -393,6 +393,10 @@ def orders_pipeline(ports: Ports, reconcile_start_ms: int | None = None) -> dict
     )
     if reconcile_start_ms is not None:
         config.setdefault("airflow", {})["reconcile_start"] = reconcile_start_ms
+    # the hour's final pass waits for end + allowed_lateness: 2 minutes here, not the default hour
+    window = config.get("window") or "1m"
+    window = dict(window) if isinstance(window, dict) else {"size": window}
+    config["window"] = {**window, "allowed_lateness": "2m"}
     return config
 
 

@@ -205,7 +205,7 @@ def topic_records(spark, d: Deployment) -> list[str]:
 
 
 def reconciled(d: Deployment, start_ms: int) -> dict | None:
-    """The scheduler's own run of the hour, once it and its four tasks succeeded."""
+    """The scheduler's own run of the hour, once it and its six tasks succeeded."""
     runs = [r for r in d.hour_runs(start_ms) if r["run_type"] == "scheduled"]
     if not runs or runs[0]["state"] != "success":
         assert not runs or runs[0]["state"] != "failed", (runs[0], d.task_states(runs[0]["dag_run_id"]))
@@ -261,7 +261,7 @@ def test_the_compose_deployment_end_to_end(engine, images, spark, tmp_path):
     )
     assert int(drivers.strip() or 0) >= 1, "the stream's driver is not in the scheduler container"
 
-    # 4b. the scheduler's own run of the first hour: four tasks, the Asset event
+    # 4b. the scheduler's own run of the first hour: six tasks (on-time and final passes), the Asset event
     run = wait(
         f"the scheduled reconciliation of {format_instant_ms(first_hour)}",
         lambda: reconciled(d, first_hour),
@@ -270,7 +270,7 @@ def test_the_compose_deployment_end_to_end(engine, images, spark, tmp_path):
     )
     report["up_to_first_reconciled_hour_s"] = round(time.monotonic() - started, 1)
     states = d.task_states(run["dag_run_id"])
-    assert set(states.values()) == {"success"} and len(states) == 4, states
+    assert set(states.values()) == {"success"} and len(states) == 6, states
     events = d.api(f"/api/v2/assets/events?source_dag_id={RECONCILIATION}")["asset_events"]
     assert any(e["extra"].get("start") == format_instant_ms(first_hour) for e in events), events
     # the next hour waits while the faults run (a user pauses a DAG in the UI the same way)
