@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,7 +66,7 @@ def test_reconciled_assets_are_the_tables_by_the_providers_uri_conventions(
 
 @pytest.mark.spark
 def test_a_task_run_and_its_job_run_emit_start_and_complete(
-    spark, airflow_db, pipelines_dir, tmp_path, monkeypatch
+    spark, airflow_db, pipelines_dir, tmp_path
 ):
     write_pipeline(pipelines_dir / "lin.yaml", tmp_path)
     config = load_config(pipelines_dir / "lin.yaml")
@@ -75,15 +77,22 @@ def test_a_task_run_and_its_job_run_emit_start_and_complete(
     )
 
     out = tmp_path / "lineage.ndjson"
-    for key in list(os.environ):
-        if key.startswith("OPENLINEAGE"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "file")
-    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__LOG_FILE_PATH", str(out))
-    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__APPEND", "true")
-    monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    dag = load_dag("tidemark_maintenance.py", "tidemark_maintenance__lin")
-    assert str(dag.test().state) == "success"
+    # A deployment configures OpenLineage in the environment of Airflow's processes before they
+    # start: the provider's plugin decides at import whether to register its listener, so the DAG
+    # runs in a process of its own (``airflow dags test``) that starts with the configuration.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENLINEAGE")}
+    env.update(
+        OPENLINEAGE__TRANSPORT__TYPE="file",
+        OPENLINEAGE__TRANSPORT__LOG_FILE_PATH=str(out),
+        OPENLINEAGE__TRANSPORT__APPEND="true",
+        AIRFLOW_CONN_TIDEMARK_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    )
+    airflow = Path(sys.executable).with_name("airflow")
+    run = subprocess.run(
+        [str(airflow), "dags", "test", "tidemark_maintenance__lin"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
 
     events = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ HTTP receivers, and when it stays quiet (a repeated callback, a run a task alrea
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -175,11 +176,11 @@ def test_every_kind_of_alert_links_a_runbook_section_with_a_stable_anchor():
     (``{#...}``), so rewording a heading cannot break the links in alerts already sent."""
     import re
 
-    from conftest import REPO
+    repo = Path(__file__).resolve().parents[2]
 
     from tidemark_airflow.alerts import RUNBOOKS
 
     assert set(RUNBOOKS) == {"stall", "recovery", "restarts", "misaligned", "quality", "failure"}
-    page = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    page = (repo / "docs" / "operations.md").read_text(encoding="utf-8")
     anchors = set(re.findall(r"^## Runbook: .*\{#([a-z0-9-]+)\}$", page, re.MULTILINE))
     assert set(RUNBOOKS.values()) <= anchors, set(RUNBOOKS.values()) - anchors
