@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # xdist workers for `make test` (0: one process)
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup setup-test run demo test test-deploy test-fast lint docs format clean
+.PHONY: help setup setup-test run demo test test-deploy test-fast lint docs format clean bench-peers
 
 help:
 	@echo "make run        the platform: Airflow UI + scheduler + live generator + supervised stream (Ctrl-C stops)"
@@ -17,6 +17,7 @@ help:
 	@echo "make docs       the documentation site (mkdocs.yml) into site/"
 	@echo "make setup      venv + pinned requirements + JVM jar cache (run by the others)"
 	@echo "make clean      remove var/ (demo and local runs), keep the venv and jar cache"
+	@echo "make bench-peers Tidemark against plain Spark, Flink and the limits (~30 min; docs/benchmarks.md)"
 
 setup:
 	@scripts/setup.sh
@@ -55,6 +56,11 @@ docs: setup
 format: setup
 	$(VENV)/ruff format spark_jobs plugins dags tests bench
 	$(VENV)/ruff check --fix spark_jobs plugins dags tests bench
+
+# the peers' venv (PyFlink, polars) apart from .venv, then the paired rounds (bench/peers.py)
+bench-peers: setup
+	scripts/peers_venv.sh
+	$(VENV)/python bench/peers.py $(BENCH_ARGS)
 
 clean:
 	rm -rf var

@@ -63,12 +63,23 @@ def result_header(bench: str, args) -> dict:
         "bench": bench,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": commit.stdout.strip(),
+        # uncommitted changes when it ran: in the measured code (bench/report.py --check refuses
+        # the figures) and anywhere in the tree
+        "dirty": {"spark_jobs": _dirty("spark_jobs"), "tree": _dirty(".")},
         "machine": machine_line(),
         "load": load_line(),
         "args": {k: str(v) for k, v in vars(args).items()},
         # settings from the environment that change what a run measures
         "env": {k: os.environ[k] for k in ENV_SETTINGS if k in os.environ},
     }
+
+
+def _dirty(path: str) -> bool:
+    done = subprocess.run(
+        ["git", "status", "--porcelain", "--", path],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    return bool(done.stdout.strip())
 
 
 def write_results(bench: str, args, **figures) -> Path:

@@ -58,6 +58,10 @@ class Run:
     host_rows: int = 0  # rows of the host-progress log at the end
     jvm_rss_mb: float = 0.0
     py_rss_mb: float = 0.0
+    # the Python driver's CPU seconds over the run (all its threads) and the lines it read: the
+    # driver's share of the per-row work (hash collection, per-host grouping, window state)
+    py_cpu_s: float = 0.0
+    rows: int = 0
 
     @property
     def steady(self) -> list[float]:
@@ -81,10 +85,12 @@ def run_once(spark, hosts: int, round_: int, root: Path, landing: Path, k: int, 
     from deltalake import DeltaTable
 
     config = pipeline_config(root / f"h{hosts}", "scale", landing, k, mode=mode)
+    cpu = time.process_time()
     started = time.monotonic()
     query, processor = start_stream(spark, config, once=True, echo=lambda _line: None)
     query.awaitTermination()
     wall = time.monotonic() - started
+    cpu = time.process_time() - cpu
     done = [s for s in processor.summaries if not s.skipped]
     size = [s.events + s.heartbeats + s.quarantined + s.retries_dropped for s in done]
     full = [s for s, n in zip(done, size, strict=True) if n >= FULL * max(size)]
@@ -96,6 +102,7 @@ def run_once(spark, hosts: int, round_: int, root: Path, landing: Path, k: int, 
     run.host_rows = len(DeltaTable(config.table_path("_state/host_progress")).to_pyarrow_table())
     run.jvm_rss_mb = rss_kb(jvm_pid(spark))[0] / 1024
     run.py_rss_mb = rss_kb()[0] / 1024
+    run.py_cpu_s, run.rows = cpu, sum(size)
     return run
 
 
@@ -186,17 +193,72 @@ def main() -> None:
     print(render(json.loads(out.read_text())))
 
 
+GOAL = 1.3  # issue 41: the median of the paired per-round ratios, largest host count over the first
+
+
+def paired_table(rounds: list[Run], sizes: list[int]) -> str:
+    """Per round, each host count's steady median over the first host count's of the same round;
+    the median and the spread (min-max) of those ratios, graded against the goal at the largest."""
+    base = sizes[0]
+    by_round: dict[int, dict[int, Run]] = {}
+    for run in rounds:
+        by_round.setdefault(run.round, {})[run.hosts] = run
+    rows = []
+    for hosts in sizes[1:]:
+        ratios = [
+            median(r[hosts].steady) / median(r[base].steady)
+            for r in by_round.values()
+            if hosts in r and base in r
+        ]
+        verdict = (
+            (f"<= {GOAL}x: " + ("met" if median(ratios) <= GOAL else "NOT met"))
+            if hosts == sizes[-1]
+            else "-"
+        )
+        rows.append(
+            [f"{hosts:,} / {base:,}", len(ratios), f"{median(ratios):.2f}x",
+             f"{min(ratios):.2f}x-{max(ratios):.2f}x", ", ".join(f"{x:.2f}" for x in ratios), verdict]
+        )  # fmt: skip
+    return md_table(["hosts", "rounds", "median ratio", "spread", "every round", "goal"], rows, "lrrrll")
+
+
+def driver_table(rounds: list[Run], sizes: list[int]) -> str:
+    """The Python driver's CPU per million lines (median over rounds) and the input rate at which
+    one driver core would be saturated if the executors scaled out and the driver's per-row work
+    stayed as measured."""
+    rows = []
+    for hosts in sizes:
+        per_m = [r.py_cpu_s / r.rows * 1e6 for r in rounds if r.hosts == hosts and r.rows]
+        if not per_m:
+            continue
+        rows.append([f"{hosts:,}", f"{median(per_m):.2f}", f"{min(per_m):.2f}-{max(per_m):.2f}",
+                     f"{1e6 / median(per_m):,.0f}"])  # fmt: skip
+    return md_table(
+        ["hosts", "driver CPU s per M lines (median)", "spread", "lines/s that saturate one driver core"],
+        rows,
+    )
+
+
 def render(data: dict) -> str:
     """The tables of one results file (also what ``bench/report.py`` puts in the docs): each host
-    count's round with the fastest steady median, the least disturbed one."""
+    count's median round (by its steady batch median), the paired per-round ratios, and the
+    driver's CPU share."""
     args = data["args"]
     rounds = [Run(**r) for r in data["runs"]]
     sizes = [int(h) for h in args["hosts"].split(",")]
-    best = {h: min((r for r in rounds if r.hosts == h), key=lambda r: median(r.steady)) for h in sizes}
-    return (
-        f"{args['mode']}, {int(args['lines_per_batch']):,} lines a batch, "
-        f"best of {args['rounds']} rounds:\n\n" + table(best, sizes[0]) + "\n\n" + phase_table(best)
-    )
+    mid = {}
+    for h in sizes:
+        runs = sorted((r for r in rounds if r.hosts == h), key=lambda r: median(r.steady))
+        mid[h] = runs[(len(runs) - 1) // 2]
+    parts = [
+        f"{args['mode']}, {int(args['lines_per_batch']):,} lines a batch, {args['rounds']} rounds in "
+        f"alternating order; each host count's median round:\n\n" + table(mid, sizes[0]),
+        phase_table(mid),
+        "Paired per-round ratios of the steady batch median:\n\n" + paired_table(rounds, sizes),
+    ]
+    if any(r.rows for r in rounds):
+        parts.append("The Python driver's share:\n\n" + driver_table(rounds, sizes))
+    return "\n\n".join(parts)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ from benchlib import (
     pipeline_config,
     session,
     tests_conftest,
+    write_results,
 )
 
 from tidemark.generator import Scenario, iter_buckets, write_file
@@ -185,6 +186,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "retention")
     parser.add_argument("--source", choices=("files", "kafka"), default="files")
     parser.add_argument("--chunk-offsets", type=int, default=2_000, help="Kafka: source.index_chunk_offsets")
+    parser.add_argument("--tag", default="", help="results file suffix (report: reconcile_retention@TAG)")
     args = parser.parse_args()
     s = scenario(args.hosts, args.rate, args.hours)
     start_ms = s.start_ms + (args.hours // 2) * HOUR_MS
@@ -275,22 +277,42 @@ def main() -> None:
         unpruned()
     spark.stop()
 
-    rows = [[name, f"{median(t):.2f}", f"{min(t):.2f}", len(t), notes[name]] for name, t in times.items()]
-    rows += [[f"cold reconcile (empty index), {CASES[n]}", f"{cold[n]:.2f}", "", 1, ""] for n in CASES]
+    data = {
+        "input": {"files": files, "lines": lines, "unit": unit, "hour_files": hour_files, "until": until},
+        "times": times,
+        "notes": notes,
+        "cold": {CASES[n]: cold[n] for n in CASES},
+    }
     print()
-    print(md_table(["case", "median (s)", "best (s)", "runs", "input"], rows, "lrrrl"))
+    print(render(data))
+    write_results("reconcile_retention", args, **data)
+    print(f"\nfinished: {load_line()}")
+
+
+def render(data: dict) -> str:
+    """The tables of one results file (also what ``bench/report.py`` puts in the docs): medians and
+    bests per case, the ratios of the warm medians, and every run's wall time."""
+    times, notes = data["times"], data["notes"]
+    rows = [[name, f"{median(t):.2f}", f"{min(t):.2f}", len(t), notes[name]] for name, t in times.items()]
+    rows += [
+        [f"cold reconcile (empty index), {where}", f"{secs:.2f}", "", 1, ""]
+        for where, secs in data["cold"].items()
+    ]
+    inp = data["input"]
     day, hour = times[f"reconcile, {CASES['day']}"], times[f"reconcile, {CASES['hour']}"]
     hourly = times[f"reconcile, {CASES['hourly']}"]
     before = times["recompute without pruning, day present (before)"]
-    print(
-        f"\nday present / the hour alone (warm medians): {median(day) / median(hour):.2f}; "
+    parts = [
+        f"{inp['files']:,} {inp['unit']}, {inp['lines']:,} lines; the hour is held by {inp['hour_files']} "
+        f"{inp['unit']}, {inp['until']} landed until 2 min after it.",
+        md_table(["case", "median (s)", "best (s)", "runs", "input"], rows, "lrrrl"),
+        f"day present / the hour alone (warm medians): {median(day) / median(hour):.2f}; "
         f"hourly / the hour alone: {median(hourly) / median(hour):.2f}; "
-        f"without pruning / the hour alone: {median(before) / median(hour):.2f}"
-    )
-    print("\nEach run's wall time (s), in the order they ran:")
-    for name, t in times.items():
-        print(f"- {name}: {', '.join(f'{x:.2f}' for x in t)}")
-    print(f"\nfinished: {load_line()}")
+        f"without pruning / the hour alone: {median(before) / median(hour):.2f}",
+        "Each run's wall time (s), in the order they ran:\n\n"
+        + "\n".join(f"- {name}: {', '.join(f'{x:.2f}' for x in t)}" for name, t in times.items()),
+    ]
+    return "\n\n".join(parts) + "\n"
 
 
 if __name__ == "__main__":

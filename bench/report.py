@@ -10,8 +10,11 @@ soak; ``NAME@TAG`` takes ``NAME-<date>-TAG.json``, a run written with the script
 the same tables the script printed when it ran, preceded by where they come from: the
 file, the commit it measured, the date and the machine's load. When ``spark_jobs/`` changed after
 that commit, the block says so, so no figure reads as newer than the code it describes.
-``--check`` (run by the unit tests) compares the blocks without that sentence, which moves with
-every commit.
+``--check`` fails when a block differs from its results (compared without that sentence, which
+moves with every commit) and when a block was measured on another ``spark_jobs/`` than HEAD's
+(an older commit, or uncommitted changes in ``spark_jobs/`` when it ran): the figures must
+describe the code. ``--check --sync-only`` (what the unit tests run, so that a code change does
+not fail CI before its benchmarks are re-run) checks only the first.
 """
 
 from __future__ import annotations
@@ -84,6 +87,20 @@ def block(name: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def stale_blocks(text: str) -> list[str]:
+    """The blocks of ``text`` measured on another ``spark_jobs/`` than HEAD's: ``NAME (why)``."""
+    found = []
+    for match in BLOCK.finditer(text):
+        name = match.group("name")
+        data = load(newest(name))
+        header = data[0] if isinstance(data, list) else data
+        if (header.get("dirty") or {}).get("spark_jobs"):
+            found.append(f"{name} (measured with uncommitted changes in spark_jobs/)")
+        elif changed_since(header["commit"]):
+            found.append(f"{name} (commit {header['commit']})")
+    return found
+
+
 def without_staleness(text: str) -> str:
     """``text`` without the staleness sentences and the blank line each adds (what a checkout
     without the measured commit, or without git, says differently)."""
@@ -97,21 +114,36 @@ def regenerate(text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when a generated block is out of date")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when a generated block is out of date or measured on another spark_jobs/ than HEAD's",
+    )
+    parser.add_argument(
+        "--sync-only", action="store_true", help="with --check: only whether the blocks match their results"
+    )
     args = parser.parse_args()
     outdated = []
+    older = []
     for doc in DOCS:
         text = doc.read_text(encoding="utf-8")
         fresh = regenerate(text)
         if args.check:
             if without_staleness(fresh) != without_staleness(text):
                 outdated.append(doc.relative_to(ROOT))
+            if not args.sync_only:
+                older += [f"{doc.relative_to(ROOT)}: {name}" for name in stale_blocks(text)]
         elif fresh != text:
             doc.write_text(fresh, encoding="utf-8")
             print(f"report: rewrote {doc.relative_to(ROOT)}")
     if outdated:
         names = ", ".join(str(d) for d in outdated)
         raise SystemExit(f"report: generated benchmark tables out of date in {names}: run bench/report.py")
+    if older:
+        raise SystemExit(
+            f"report: {len(older)} block(s) measured on another spark_jobs/ than HEAD's (re-run them): "
+            + "; ".join(older)
+        )
 
 
 if __name__ == "__main__":

@@ -65,9 +65,7 @@ def test_reconciled_assets_are_the_tables_by_the_providers_uri_conventions(
 
 
 @pytest.mark.spark
-def test_a_task_run_and_its_job_run_emit_start_and_complete(
-    spark, airflow_db, pipelines_dir, tmp_path
-):
+def test_a_task_run_and_its_job_run_emit_start_and_complete(spark, airflow_db, pipelines_dir, tmp_path):
     write_pipeline(pipelines_dir / "lin.yaml", tmp_path)
     config = load_config(pipelines_dir / "lin.yaml")
     generate_files(small_scenario(hosts=20, minutes=3, seed=3), config.source.path)
@@ -90,7 +88,10 @@ def test_a_task_run_and_its_job_run_emit_start_and_complete(
     airflow = Path(sys.executable).with_name("airflow")
     run = subprocess.run(
         [str(airflow), "dags", "test", "tidemark_maintenance__lin"],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
 

@@ -23,9 +23,44 @@ def _report():
 
 def test_the_docs_tables_are_the_ones_the_committed_results_give():
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "report.py"), "--check"], capture_output=True, text=True
+        [sys.executable, str(REPO / "bench" / "report.py"), "--check", "--sync-only"],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_check_refuses_figures_measured_on_other_code(tmp_path, monkeypatch):
+    """A block whose results came from an older spark_jobs/, or from uncommitted changes in it,
+    fails --check by name; the same block measured on HEAD's passes."""
+    report = _report()
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "bench" / "results", results)
+    monkeypatch.setattr(report, "RESULTS", results)
+    newest = report.newest("dedup_old_retry")
+    data = json.loads(newest.read_text())
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("intro\n\n<!-- bench:dedup_old_retry -->\nx\n<!-- /bench:dedup_old_retry -->\n")
+    docs.write_text(report.regenerate(docs.read_text()))
+    monkeypatch.setattr(report, "DOCS", (docs,))
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["report.py", "--check"])
+    monkeypatch.setattr(report, "changed_since", lambda commit: None if commit == "head" else "older")
+    for commit, dirty, fails in (("old1234", False, True), ("head", True, True), ("head", False, False)):
+        newest.write_text(
+            json.dumps({**data, "commit": commit, "dirty": {"spark_jobs": dirty, "tree": dirty}})
+        )
+        docs.write_text(report.regenerate(docs.read_text()))
+        if fails:
+            with pytest.raises(
+                SystemExit, match=r"1 block\(s\) measured on another spark_jobs/.*dedup_old_retry"
+            ):
+                report.main()
+        else:
+            report.main()
+        monkeypatch.setattr(sys, "argv", ["report.py", "--check", "--sync-only"])
+        report.main()  # the blocks match their results either way
+        monkeypatch.setattr(sys, "argv", ["report.py", "--check"])
 
 
 def test_a_changed_result_changes_its_block_and_the_check_names_the_file(tmp_path, monkeypatch):

@@ -1,7 +1,5 @@
 """``python -m tidemark.cli``: the ``tidemark`` command."""
 
-import sys
+from tidemark.cli import console
 
-from tidemark.cli import main
-
-sys.exit(main())
+console()

@@ -5,7 +5,7 @@ the reconciliation report (``tidemark report --validate --spark``). Exit 5 when 
 
 import sys
 
-from tidemark.cli import main
+from tidemark.cli import console
 
 if __name__ == "__main__":
-    sys.exit(main(["report", "--validate", "--spark", *sys.argv[1:]]))
+    console(["report", "--validate", "--spark", *sys.argv[1:]])

@@ -2,7 +2,7 @@
 
 import sys
 
-from tidemark.cli import main
+from tidemark.cli import console
 
 if __name__ == "__main__":
-    sys.exit(main(["reconcile", *sys.argv[1:]]))
+    console(["reconcile", *sys.argv[1:]])

@@ -3,7 +3,7 @@
 
 import sys
 
-from tidemark.cli import main
+from tidemark.cli import console
 
 if __name__ == "__main__":
-    sys.exit(main(["stream", *sys.argv[1:]]))
+    console(["stream", *sys.argv[1:]])
