@@ -13,6 +13,9 @@
 #   <prefix>/maven:3-jdk17     for maven:3.9.9-eclipse-temurin-17
 #   <prefix>/kafka:3.9.1       for apache/kafka:3.9.1
 #   <prefix>/postgres:15       for postgres:15
+#
+# TIDEMARK_STANDINS (space-separated: python airflow maven kafka postgres; default all) builds only
+# those (the image tests need python, airflow and maven; the compose deployment kafka and postgres).
 set -euo pipefail
 cd "$(dirname "$0")"
 PREFIX=${1:-tidemark-standin}
@@ -40,9 +43,10 @@ build() {  # name tag
     --build-arg "PYTHON=$PREFIX/python:3.11" --build-arg "MAVEN=$PREFIX/maven:3-jdk17" \
     -f "$1.Dockerfile" -t "$PREFIX/$2" . >/dev/null
 }
-build python python:3.11
-build airflow airflow:3.3.2
-build maven maven:3-jdk17
-build kafka kafka:3.9.1
-build postgres postgres:15
+declare -A TAGS=([python]=python:3.11 [airflow]=airflow:3.3.2 [maven]=maven:3-jdk17 [kafka]=kafka:3.9.1
+  [postgres]=postgres:15)
+for name in ${TIDEMARK_STANDINS:-python airflow maven kafka postgres}; do
+  [ -n "${TAGS[$name]:-}" ] || { say "error: TIDEMARK_STANDINS: unknown stand-in '$name' (python airflow maven kafka postgres)"; exit 2; }
+  build "$name" "${TAGS[$name]}"
+done
 say "done: $(docker images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep "^$PREFIX/" | tr '\n' ' ')"

@@ -128,15 +128,25 @@ def build_context(image: str, dest: Path) -> Path:
     return dest
 
 
-def build_standins(engine: Engine) -> float:
+IMAGE_STANDINS = ("python", "airflow", "maven")  # the bases of the project's two images
+COMPOSE_STANDINS = ("kafka", "postgres")  # what the compose file pulls besides them
+
+
+def build_standins(engine: Engine, names: tuple[str, ...] = IMAGE_STANDINS) -> float:
+    """Build the stand-ins ``names`` (docker/standins/build.sh; the Debian root first, once) and tag
+    those that stand for an official image the compose file names; seconds."""
     started = time.monotonic()
     done = subprocess.run(
-        [str(DOCKER / "standins" / "build.sh"), STANDIN], env=engine.env, capture_output=True, text=True
+        [str(DOCKER / "standins" / "build.sh"), STANDIN],
+        env={**engine.env, "TIDEMARK_STANDINS": " ".join(names)},
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:
         raise RuntimeError(f"stand-ins: {done.stderr.strip()[-3000:]}")
     for official, standin in OFFICIAL.items():
-        engine.docker("tag", standin, official)
+        if standin.split("/", 1)[1].split(":")[0] in names:
+            engine.docker("tag", standin, official)
     return time.monotonic() - started
 
 

@@ -219,6 +219,8 @@ def test_the_compose_deployment_end_to_end(engine, images, spark, tmp_path):
     from tidemark.timeutil import format_instant_ms, parse_instant_ms
 
     report = dict(images)
+    # the compose file's other images: only this test needs them (the image tests build their bases)
+    report["compose_standins_s"] = round(h.build_standins(engine, h.COMPOSE_STANDINS), 1)
     # Two complete hours of history: the scheduler's catchup (airflow.reconcile_start) creates a
     # run for each; the first is reconciled before the faults, the second after down and up.
     now = int(time.time() * 1000)

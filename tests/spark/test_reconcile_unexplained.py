@@ -28,6 +28,9 @@ from tidemark.report import write_report
 from tidemark.stream import run_stream
 
 pytestmark = [pytest.mark.spark]
+# the tests share module fixtures (a streamed pipeline, then a damaged copy): one xdist worker
+# builds them once (split over two, each built its own: 37 s twice)
+ONE_WORKER = True
 
 MINUTE = 60_000
 HOSTILE = "<i>lost</i>&\"'<script>x()</script>"

@@ -22,6 +22,9 @@ from tidemark.generator import generate_files, read_manifest
 from tidemark.identity import IdentityError, ensure_identity
 from tidemark.stream import run_stream
 
+# the tests read one streamed pipeline (a module fixture): one xdist worker builds it once
+ONE_WORKER = True
+
 
 @pytest.fixture(scope="module")
 def streamed(spark, tmp_path_factory):
