@@ -102,7 +102,17 @@ def run_tidemark(spark, system: str, root: Path, landing: Path, k: int) -> dict:
     query.awaitTermination()
     wall = time.monotonic() - started
     done = [s for s in processor.summaries if not s.skipped]
-    return {"wall_s": wall, "batches": len(done), "events": sum(s.events for s in done)}
+    phases: dict[str, float] = defaultdict(float)
+    for summary in done:
+        for name, secs in summary.phases.items():
+            phases[name] += secs
+    return {
+        "wall_s": wall,
+        "batches": len(done),
+        "events": sum(s.events for s in done),
+        "batch_s": round(sum(s.seconds for s in done), 2),
+        "phases_s": {name: round(secs, 2) for name, secs in phases.items()},
+    }
 
 
 def run_spark_peer(spark, root: Path, landing: Path, k: int) -> dict:
@@ -228,19 +238,51 @@ def run_limits(root: Path, landing: Path, clean: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+FIELD_TYPES = {
+    "event_id": (str,), "host": (str,), "event_time": (int,), "key": (str,), "value": (int, float),
+    "heartbeat": (bool,),
+}  # fmt: skip
+
+
+def conforms(line: str) -> bool:
+    """A JSON object whose fields present have the schema's types (what pyarrow.json needs)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    if not isinstance(record, dict):
+        return False
+    for name, value in record.items():
+        kinds = FIELD_TYPES.get(name)
+        if value is None or kinds is None:
+            continue
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            return False
+    return True
+
+
+def run_one(spark, system: str, k: int, root: Path, landing: Path, clean: Path) -> dict:
+    if system in ("exactly_once", "at_least_once"):
+        return run_tidemark(spark, system, root, landing, k)
+    if system == "spark_peer":
+        return run_spark_peer(spark, root, landing, k)
+    if system == "spark_parse":
+        return run_spark_parse(spark, root, landing, k)
+    if system == "flink":
+        return run_flink(root, landing)
+    return run_limits(root, landing, clean)
+
+
 def clean_copy(landing: Path, clean: Path) -> int:
-    """The landing files without their lines that are not JSON objects; the lines dropped."""
+    """The landing files without their lines that are not JSON objects of the schema's types (the
+    malformed lines neither pyarrow.json nor polars skips); the lines dropped."""
     shutil.rmtree(clean, ignore_errors=True)
     clean.mkdir(parents=True)
     dropped = 0
     for path in sorted(landing.glob("part-*.jsonl")):
         kept = []
         for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                ok = isinstance(json.loads(line), dict)
-            except ValueError:
-                ok = False
-            if ok:
+            if conforms(line):
                 kept.append(line)
             else:
                 dropped += 1
@@ -289,22 +331,18 @@ def main() -> None:
         for system, k in plan:
             root = args.workdir / "runs" / f"{system}-{k}-{r}"
             shutil.rmtree(root, ignore_errors=True)
-            if system in ("exactly_once", "at_least_once"):
-                out = run_tidemark(spark, system, root, landing, k)
-            elif system == "spark_peer":
-                out = run_spark_peer(spark, root, landing, k)
-            elif system == "spark_parse":
-                out = run_spark_parse(spark, root, landing, k)
-            elif system == "flink":
-                out = run_flink(root, landing)
-            else:
-                out = run_limits(root, landing, clean)
+            try:
+                out = run_one(spark, system, k, root, landing, clean)
+            except (Exception, SystemExit) as exc:  # one failed run does not cost the others
+                runs.append({"round": r + 1, "system": system, "k": k, "error": str(exc)[-2000:]})
+                print(f"  {system}{f' @{k}' if k else ''}: FAILED: {str(exc)[-300:]}", flush=True)
+                continue
             for name in ("plan",):
                 if name in out:
                     plans[f"{system}@{k}" if k else system] = out.pop(name)
             if system == "limits":
                 for limit, figures in out.items():
-                    runs.append({"round": r + 1, "system": limit, "k": 0, "wall_s": figures["s"], **figures})
+                    runs.append({"round": r + 1, "system": limit, "k": 0, **figures, "wall_s": figures["s"]})
                 took = ", ".join(f"{name} {figures['s']:.2f}s" for name, figures in out.items())
                 print(f"  limits: {took}", flush=True)
             else:
@@ -326,9 +364,9 @@ def main() -> None:
         "plans": plans,
         "versions": versions(),
     }  # fmt: skip
+    write_results("peers", args, **data)  # first: a rendering bug must not cost the measurements
     print()
     print(render(data))
-    write_results("peers", args, **data)
 
 
 def versions() -> dict:
@@ -347,8 +385,10 @@ def rates(data: dict) -> dict[tuple[str, int], dict[int, float]]:
     lines, clean = data["input"]["lines"], data["input"]["clean_lines"]
     out: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
     for run in data["runs"]:
+        if "error" in run:
+            continue
         n = clean if run["system"] in LIMITS[1:] else lines
-        out[(run["system"], run["k"])][run["round"]] = n / run["wall_s"]
+        out[(run["system"], run["k"])][run["round"]] = n / max(run["wall_s"], 1e-6)
     return out
 
 
@@ -408,6 +448,34 @@ def render(data: dict) -> str:
         "Tidemark as a fraction of each limit outside Spark (paired per round):\n\n"
         + md_table(["system", "limit", *(f"{k} files/trigger" for k in sizes)], rows, "ll" + "r" * len(sizes))
     )
+    rows = []
+    for system in ("exactly_once", "at_least_once"):
+        for k in sizes:
+            done = sorted(
+                (r for r in data["runs"] if r["system"] == system and r["k"] == k and "phases_s" in r),
+                key=lambda r: r["wall_s"],
+            )
+            if not done:
+                continue
+            mid = done[(len(done) - 1) // 2]
+            top = sorted(mid["phases_s"].items(), key=lambda item: -item[1])[:6]
+            rows.append(
+                [system, k, f"{mid['wall_s']:.1f}", mid["batches"], f"{mid['batch_s']:.1f}",
+                 ", ".join(f"{name} {secs:.1f}" for name, secs in top)]
+            )  # fmt: skip
+    if rows:
+        parts.append(
+            "Where Tidemark's median run spent its time (wall; its batches' own time, the rest being "
+            "Spark's trigger, listing and offsets; the largest phases summed over the batches, s):\n\n"
+            + md_table(
+                ["mode", "files/trigger", "wall (s)", "batches", "in batches (s)", "largest phases"],
+                rows,
+                "lrrrrl",
+            )
+        )
+    failed = [f"{r['system']}@{r['k']} round {r['round']}" for r in data["runs"] if "error" in r]
+    if failed:
+        parts.append("Runs that failed (left out above): " + ", ".join(failed) + ".")
     stored = defaultdict(set)
     for run in data["runs"]:
         if "events" in run:

@@ -80,7 +80,7 @@ def main() -> None:
     frame = pl.scan_ndjson(pattern, schema=pl_schema).collect()
     frame.write_delta(str(target), mode="append")
     figures["polars_ndjson_delta"] = {"s": time.monotonic() - started, "rows": frame.height}
-    print(json.dumps({k: {**v, "s": round(v["s"], 3)} for k, v in figures.items()}))
+    print(json.dumps({k: {**v, "s": round(v["s"], 6)} for k, v in figures.items()}))
 
 
 if __name__ == "__main__":
