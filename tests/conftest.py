@@ -20,6 +20,11 @@ def pytest_configure(config):
     os.environ.setdefault("TIDEMARK_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
+# tryfirst: xdist's worker adds ``@group`` to each node id in its own pytest_collection_modifyitems,
+# reading the xdist_group marks present then; this conftest was registered before xdist's worker
+# plugin, so without tryfirst pluggy would call it after xdist's and the marks it adds (the cluster
+# group, ONE_WORKER modules) would be ignored: each worker would build the shared fixtures itself.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
         parts = Path(str(item.fspath)).parts

@@ -39,6 +39,13 @@ from tidemark.timeutil import MS_PER_HOUR, MS_PER_MINUTE, format_instant_ms, now
 from tidemark_airflow.pipelines import load_pipeline
 from tidemark_airflow.pools import sync_pools
 
+# The metadata database of `make run` is SQLite (WAL, as Airflow sets it), written by the scheduler,
+# the dag-processor, the triggerer, the API server and the LocalExecutor's workers at once. Python's
+# sqlite3 gives up on a lock after 5 s, and a busy 2-core machine held one longer (an API write
+# failed with a 500 while the stream and a reconcile ran); 60 s waits the writer out.
+# [database] sql_alchemy_connect_args names this dict.
+SQLITE_CONNECT_ARGS = {"timeout": 60}
+
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # the landing files' span and how many a batch takes: a batch covers 10 minutes of the history
 FILE_SPAN_S, FILES_PER_TRIGGER = 10, 60
@@ -99,6 +106,7 @@ class Platform:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": self.users,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "tidemark_airflow.launcher.SQLITE_CONNECT_ARGS",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}",
             "AIRFLOW__API__HOST": "127.0.0.1",

@@ -54,3 +54,44 @@ def test_every_airflow_setting_the_launcher_and_docker_set_is_a_current_airflow_
     assert ("dag_processor", "min_file_process_interval") in launcher  # the check sees what is set
     unknown = sorted(f"[{s}] {o}" for s, o in launcher | docker if (s, o) not in known)
     assert unknown == [], f"not Airflow 3.3 options (renamed or removed): {unknown}"
+
+
+WRITER = """
+import sys, time
+import sqlalchemy
+from airflow.settings import _get_connect_args
+
+engine = sqlalchemy.create_engine(sys.argv[1], connect_args=_get_connect_args("sync"))
+started = time.monotonic()
+with engine.begin() as connection:
+    connection.exec_driver_sql("INSERT INTO t VALUES (2)")
+print(f"waited {time.monotonic() - started:.1f}")
+"""
+
+
+def test_the_launchers_sqlite_waits_out_a_writer_that_holds_the_lock_past_5_s(tmp_path):
+    """`make run`'s metadata database is SQLite with five kinds of writers: an Airflow process's
+    connection (the launcher's [database] connect args) waits for a lock held 8 s, past sqlite3's
+    default 5 s (the API server's 500 of a loaded platform run)."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    db = tmp_path / "airflow.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("CREATE TABLE t (x INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (1)")
+    env = {**Platform(tmp_path).env(), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{db}"}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, f"sqlite:///{db}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    import time
+
+    time.sleep(8)
+    holder.execute("COMMIT")
+    out, err = writer.communicate(timeout=120)
+    assert writer.returncode == 0, err[-2000:]
+    assert float(out.split()[-1]) >= 5, out
+    assert [r[0] for r in holder.execute("SELECT x FROM t ORDER BY x")] == [1, 2]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CONFTEST = """
 import os, pytest
 
@@ -37,9 +39,38 @@ def test_loose(i):
 """
 
 
-def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text(CONFTEST)
-    (tmp_path / "test_grouped.py").write_text(GROUPED)
+# What tests/conftest.py does for the cluster tests and ONE_WORKER modules: the mark is added in
+# pytest_collection_modifyitems, which must run before xdist's own (it reads the marks then).
+DYNAMIC = """
+import os, pytest
+
+@pytest.fixture(scope="session")
+def expensive():
+    return os.getpid()
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if getattr(item.module, "ONE_WORKER", False):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+"""
+
+GROUPED_DYNAMIC = """
+import os, pytest
+
+ONE_WORKER = True
+
+@pytest.mark.parametrize("i", range(4))
+def test_grouped(i, expensive):
+    print(f"RAN grouped {i} on {os.getpid()} fixture {expensive}")
+"""
+
+
+@pytest.mark.parametrize("how", ["module mark", "mark added by a conftest hook"])
+def test_an_xdist_group_runs_on_one_worker(tmp_path: Path, how: str) -> None:
+    dynamic = how != "module mark"
+    (tmp_path / "conftest.py").write_text(DYNAMIC if dynamic else CONFTEST)
+    (tmp_path / "test_grouped.py").write_text(GROUPED_DYNAMIC if dynamic else GROUPED)
     (tmp_path / "test_loose.py").write_text(LOOSE)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
