@@ -436,7 +436,7 @@ def render(data: dict) -> str:
                 continue
             rows.append([goal, k, spread(ratios), "met" if median(ratios) >= least else "NOT met"])
     parts.append(
-        "Issue 41's goals as paired ratios (Tidemark's run over the peer's run of the same round), "
+        "The goals as paired ratios (Tidemark's run over the peer's run of the same round), "
         "median (min-max):\n\n" + md_table(["goal", "files/trigger", "paired ratio", "verdict"], rows, "lrrl")
     )
     rows = []
