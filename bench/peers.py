@@ -50,6 +50,7 @@ from benchlib import (
     BASELINE_SCHEMA,
     DEFAULT_WORKDIR,
     ROOT,
+    dropped_by_watermark,
     json_progress,
     load_line,
     machine_line,
@@ -182,15 +183,16 @@ def run_spark_peer(spark, root: Path, landing: Path, k: int) -> dict:
     stored = spark.read.format("delta").load(events_path).count()
     return {
         "wall_s": wall,
-        "batches": sum(1 for p in progress if p.get("numInputRows")),
+        "batches": data_batches(progress),
         "events": stored,
-        "dropped_by_watermark": sum(
-            int(op.get("numRowsDroppedByWatermark", 0) or 0)
-            for p in progress
-            for op in p.get("stateOperators", [])
-        ),
+        "dropped_by_watermark": dropped_by_watermark(progress),
         "plan": plan,
     }
+
+
+def data_batches(progress: list[dict]) -> int:
+    """Micro-batches that read input (the no-data batches Spark adds left out)."""
+    return sum(1 for p in progress if p.get("numInputRows"))
 
 
 def run_spark_parse(spark, root: Path, landing: Path, k: int) -> dict:
@@ -209,7 +211,7 @@ def run_spark_parse(spark, root: Path, landing: Path, k: int) -> dict:
     progress = [json_progress(p) for p in query.recentProgress]
     return {
         "wall_s": wall,
-        "batches": sum(1 for p in progress if p.get("numInputRows")),
+        "batches": data_batches(progress),
         "plan": query._jsq.explainInternal(False),
     }
 
