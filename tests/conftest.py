@@ -39,6 +39,42 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
+# The project's images are built beside the run (tests/deploy/harness.py, PREBUILD): the builds
+# mostly wait on the network, and a worker waiting for them ran nothing else for ~5 minutes.
+# They start once the run knows it has an image test; the run stops their engine as it ends.
+_prebuild: list = []
+
+
+def _start_prebuild(config, ids) -> None:
+    if _prebuild or hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    if not any(i.startswith("tests/deploy/") for i in ids):
+        return
+    sys.path.insert(0, str(Path(__file__).parent / "deploy"))
+    import harness
+
+    if harness.have_dockerd():  # else the engine fixture fails, naming the set-up step
+        base = config._tmp_path_factory.getbasetemp()
+        _prebuild.append((harness, harness.start_prebuild(base), base / harness.PREBUILD))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    _start_prebuild(node.config, ids)
+
+
+def pytest_collection_finish(session):
+    _start_prebuild(session.config, [item.nodeid for item in session.items])
+
+
+# tryfirst: before pytest removes the run's temporary directory, which holds the engine's root
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    while _prebuild:
+        harness, proc, folder = _prebuild.pop()
+        harness.stop_prebuild(proc, folder)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One small, fast local Spark for the whole run (UI off, 2 shuffle partitions)."""

@@ -6,8 +6,9 @@ Starts, under ``var/platform/`` (or ``--root``):
   triggerer), the LocalExecutor and a SQLite metadata DB; Airflow's Simple auth manager, whose
   generated password is printed (nothing is hard-coded in the repository);
 * a live generator writing the landing zone with event time ~ now (``tidemark generate --live``),
-  starting with the history since the start of the previous hour, so one complete past hour is
-  there at once; in it one host (the precision lets exactly one lag) is cut off for minutes
+  starting with the history since the start of the last hour that had settled at start-up (the
+  previous one, or the one before it just after the top of the hour), so one complete past hour
+  is there at once; in it one host (the precision lets exactly one lag) is cut off for minutes
   27-31 of the history, so its records of the minutes before the stream's 30-minute batch
   boundary (60 files of 10 s a batch) arrive after their windows closed, within the allowed
   lateness: the past hour's on-time pass shows them missing, its final pass folded in;
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from tidemark.timeutil import MS_PER_HOUR, MS_PER_MINUTE, format_instant_ms, now_ms
+from tidemark.timeutil import MS_PER_HOUR, MS_PER_MINUTE, format_instant_ms, now_ms, parse_duration_ms
 from tidemark_airflow.pipelines import load_pipeline
 from tidemark_airflow.pools import sync_pools
 
@@ -49,6 +50,22 @@ SQLITE_CONNECT_ARGS = {"timeout": 60}
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # the landing files' span and how many a batch takes: a batch covers 10 minutes of the history
 FILE_SPAN_S, FILES_PER_TRIGGER = 10, 60
+
+
+# How long after an hour's end its records have all landed (the collectors' delays and the last
+# landing file); the allowed lateness counts towards settling up to SETTLE_LATENESS_CAP_MS.
+SETTLE_MARGIN_MS = 2 * MS_PER_MINUTE
+SETTLE_LATENESS_CAP_MS = 10 * MS_PER_MINUTE
+
+
+def first_hour_ms(now: int, allowed_lateness_ms: int) -> int:
+    """The first hour the scheduler reconciles: the last complete hour that had settled at ``now``
+    (its end + the allowed lateness, at most 10 minutes, + a 2-minute margin). Just after the top of
+    an hour that is the hour before the previous one: the scheduled run then reconciles history
+    the stream works through at once, instead of waiting on the clock for the previous hour's last
+    records and lateness (with a short lateness, as the platform test sets)."""
+    settled = now - min(allowed_lateness_ms, SETTLE_LATENESS_CAP_MS) - SETTLE_MARGIN_MS
+    return (settled // MS_PER_HOUR - 1) * MS_PER_HOUR
 
 
 def dags_folder() -> Path:
@@ -69,6 +86,7 @@ class Platform:
         users: str = "admin:admin",
         allowed_lateness: str = "1h",
         statsd_port: int | None = None,
+        trigger_interval: str = "10s",
     ) -> None:
         self.root = root.resolve()
         # Airflow's own metrics (scheduler heartbeats, DAG runs, task outcomes) go out as StatsD
@@ -79,12 +97,13 @@ class Platform:
         self.port = port
         self.hosts, self.minutes, self.rate = hosts, minutes, rate
         self.allowed_lateness = allowed_lateness  # window.allowed_lateness of the live pipeline
+        # the stream's micro-batch interval: how fast it works through the history, 10 min a batch
+        self.trigger_interval = trigger_interval
         self.processes: dict[str, subprocess.Popen] = {}
         self.bin = Path(sys.executable).parent
         self.pipelines = self.root / "pipelines"
         self.config_path = self.pipelines / "live.yaml"
-        # the first hour the scheduler reconciles: the last complete one before start-up
-        self.first_hour_ms = (now_ms() // MS_PER_HOUR - 1) * MS_PER_HOUR
+        self.first_hour_ms = first_hour_ms(now_ms(), parse_duration_ms(allowed_lateness))
 
     # -- environment ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -136,7 +155,7 @@ class Platform:
             "window": {"size": "1m", "allowed_lateness": self.allowed_lateness},
             # exactly one host may lag (1 - 1/N): the one the generator cuts off
             "watermark": {"precision": round(1 - 1 / self.hosts, 6)},
-            "trigger_interval": "10s",
+            "trigger_interval": self.trigger_interval,
             "spark": {"shuffle_partitions": 2},
             "airflow": {"reconcile_start": format_instant_ms(self.first_hour_ms), "reconcile_grace": "2m"},
         }

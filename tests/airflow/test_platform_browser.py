@@ -84,6 +84,9 @@ def platform(tmp_path_factory, statsd):
         minutes=40,
         users="admin:admin,nobody:",
         allowed_lateness="3m",  # the hour's final pass comes 3 minutes after its close
+        # the history's batches (10 minutes each) one after another, not one per 10 s: the hour
+        # closes as soon as the stream has read it (the live files still come every 10 s)
+        trigger_interval="2s",
         statsd_port=statsd.port,  # Airflow's own metrics, as `make run` sends them
     )
     try:

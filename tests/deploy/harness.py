@@ -38,6 +38,10 @@ def log(message: str) -> None:
     print(f"deploy: {message}", flush=True)
 
 
+def have_dockerd() -> bool:
+    return shutil.which("dockerd") is not None or os.path.exists("/usr/sbin/dockerd")
+
+
 @dataclass
 class Engine:
     """A dockerd of the test's own (data root, exec root, socket and pid file under ``root``)."""
@@ -428,3 +432,93 @@ def merged_compose(engine: Engine, project: Path, override: Path, out: Path) -> 
         if service.get("network_mode") == "host":
             service.pop("ports", None)
     return dump_yaml(config, out)
+
+
+def build_project_images(engine: Engine, work: Path) -> dict:
+    """Stand-ins, then both project images built cold, then again (warm: every layer cached).
+    The timings and sizes, also written to var/deploy/images.json."""
+    report: dict = {"standins_s": round(build_standins(engine), 1)}
+    for image in ("spark", "airflow"):
+        report[f"{image}_cold_s"] = round(build_image(engine, image, work), 1)
+    for image in ("spark", "airflow"):
+        report[f"{image}_warm_s"] = round(build_image(engine, image, work), 1)
+        report[f"{image}_mb"] = round(image_size_mb(engine, IMAGES[image]), 1)
+    report["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out = REPO / "var" / "deploy"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "images.json").write_text(json.dumps(report, indent=2))
+    log(f"images: {report}")
+    return report
+
+
+# -- the images built beside the run -------------------------------------------------------------
+# The builds mostly wait on the network (Debian and PyPI), not on the CPU: `pytest` starts them in
+# the background as soon as it has collected an image test (tests/conftest.py), and the fixtures
+# attach to that engine instead of building while a worker waits. PREBUILD is the directory under
+# the run's base temporary directory (a worker's parent): engine/, report.json or error.txt,
+# pid, log, and stop (written when the run ends).
+PREBUILD = "deploy-prebuild"
+
+
+def prebuild_dir(basetemp: Path) -> Path | None:
+    """The background build of this run, seen from a process whose base temporary directory is
+    ``basetemp`` (the run's own, or an xdist worker's under it); None when there is none."""
+    for base in (basetemp, basetemp.parent):
+        if (base / PREBUILD / "pid").is_file():
+            return base / PREBUILD
+    return None
+
+
+def start_prebuild(basetemp: Path) -> subprocess.Popen:
+    """Start tests/deploy/prebuild.py in the background under ``basetemp``/PREBUILD."""
+    import sys
+
+    folder = basetemp / PREBUILD
+    folder.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("prebuild.py")), str(folder), str(os.getpid())],
+        stdout=open(folder / "log", "ab"),  # noqa: SIM115 - the builder's, for its life
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    (folder / "pid").write_text(str(proc.pid))
+    return proc
+
+
+def stop_prebuild(proc: subprocess.Popen, folder: Path, timeout: float = 180) -> None:
+    """Ask the builder to stop its engine and remove it; kill it if it does not in ``timeout``."""
+    (folder / "stop").touch()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        Engine(folder / "engine").unmount()
+
+
+def attach_prebuild(folder: Path) -> Engine:
+    """The background build's engine (the builder owns it: stopping this one does nothing)."""
+    engine = Engine(folder / "engine")
+    engine.env = {**os.environ, "DOCKER_HOST": f"unix://{engine.socket}", "DOCKER_BUILDKIT": "0"}
+    return engine
+
+
+def wait_prebuild(folder: Path, timeout: float = 3600) -> dict:
+    """The background build's report, once it is written; its error if it failed or died."""
+    pid = int((folder / "pid").read_text())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (folder / "report.json").is_file():
+            return json.loads((folder / "report.json").read_text())
+        if (folder / "error.txt").is_file():
+            raise RuntimeError(f"the image build beside the run failed: {(folder / 'error.txt').read_text()}")
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            if (folder / "report.json").is_file():
+                continue
+            log_tail = (folder / "log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the image build beside the run died; its log ends:\n{log_tail}") from None
+        time.sleep(2)
+    raise RuntimeError(f"the image build beside the run did not finish in {timeout:.0f} s: {folder / 'log'}")
