@@ -23,10 +23,8 @@ tables whose version moved during the run (a short stream that quarantined nothi
 ``quarantine`` output), so START carries the inputs and COMPLETE/FAIL the outputs too.
 Maintenance runs beside the stream, so its outputs are every table it maintains, by name.
 
-Datasets are named as OpenLineage's naming spec and Spark's own integration name them: a local
-path is namespace ``file`` and the absolute path; ``s3a://bucket/key`` is ``s3://bucket`` and
-``key``; a Kafka topic is ``kafka://host:port`` (the first bootstrap server) and the topic. The
-same names are what Airflow's ``file://`` and ``s3://`` Asset URIs (:func:`asset_uri`) translate to.
+Datasets are named as OpenLineage's naming spec and Spark's own integration name them
+(:mod:`tidemark.lineage_names`).
 
 **When.** Lineage is on when OpenLineage is configured in the job's environment, the way its
 clients read it: ``OPENLINEAGE_URL`` (with ``OPENLINEAGE_API_KEY``, ``OPENLINEAGE_ENDPOINT``),
@@ -49,14 +47,25 @@ import contextvars
 import logging
 import os
 import traceback
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidemark.lineage_names import (  # noqa: F401 - the names are part of this module's API
+    JOB_COMMANDS,
+    Dataset,
+    JobSpec,
+    asset_uri,
+    dataset_for,
+    job_spec,
+    job_tables,
+    kafka_datasets,
+    source_datasets,
+    table_dataset,
+)
 from tidemark.resources import SetupError, find_jars, jars_dir
 
 if TYPE_CHECKING:
@@ -86,135 +95,6 @@ def _version() -> str:
 
 
 PRODUCER = f"urn:tidemark:{_version()}"
-
-
-# -- which jobs read and write what ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """A job's lineage: its name, whether it reads the source, the tables it reads (each one an
-    input when it exists at the start) and the tables it may write (each one an output when its
-    Delta version moved during the run); ``every_table``: maintenance (every existing table)."""
-
-    name: str
-    processing: str  # STREAMING or BATCH (OpenLineage's job type facet)
-    source: bool = False
-    reads: tuple[str, ...] = ()
-    writes: tuple[str, ...] = ()
-    every_table: bool = False
-
-
-def _tables() -> dict[str, tuple[str, ...]]:
-    from tidemark import schemas as S
-
-    stream = (
-        S.EVENTS,
-        S.QUARANTINE,
-        S.WINDOWS,
-        S.LATE_EVENTS,
-        S.WATERMARKS,
-        S.STALLS,
-        S.OUT_OF_ORDER,
-        S.HOST_PROGRESS,
-        S.OPEN_WINDOWS,
-        S.REVISABLE_WINDOWS,
-    )
-    reconcile = (S.RECONCILIATION, S.RECONCILIATION_PASSES, S.LANDING_INDEX)
-    validate = (S.EVENTS, S.WINDOWS, S.WATERMARKS, S.STALLS, S.RECONCILIATION)
-    return {
-        "stream": stream,
-        "reconcile": reconcile,
-        "reconcile_reads": (S.WATERMARKS, S.WINDOWS, S.LATE_EVENTS, S.LANDING_INDEX),
-        "validate_reads": validate,
-        # the report beside the suites: late records by host and the reconciliation passes
-        "report_reads": (*validate, S.LATE_EVENTS, S.RECONCILIATION_PASSES),
-        "all": (*stream, *reconcile),
-    }
-
-
-def job_spec(command: str) -> JobSpec:
-    """The lineage of a ``tidemark`` command that runs a job (``stream``, ``reconcile``,
-    ``maintain``, ``validate``, ``report`` with ``--validate``)."""
-    t = _tables()
-    specs = {
-        "stream": JobSpec("stream", "STREAMING", source=True, writes=t["stream"]),
-        "reconcile": JobSpec(
-            "reconcile", "BATCH", source=True, reads=t["reconcile_reads"], writes=t["reconcile"]
-        ),
-        "validate": JobSpec("quality", "BATCH", reads=t["validate_reads"]),
-        "report": JobSpec("quality", "BATCH", reads=t["report_reads"]),
-        "maintain": JobSpec("maintain", "BATCH", every_table=True),
-    }
-    return specs[command]
-
-
-JOB_COMMANDS = ("stream", "reconcile", "validate", "report", "maintain")
-
-
-# -- names ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class Dataset:
-    """An OpenLineage dataset: namespace and name (the naming spec), and whether it is a Delta table."""
-
-    namespace: str
-    name: str
-    delta: bool = field(default=False, compare=False)
-
-
-def dataset_for(location: str, delta: bool = False) -> Dataset:
-    """The dataset of a location as Spark names it: ``/abs/path`` or ``file:/abs/path`` is
-    (``file``, ``/abs/path``); ``s3a://bucket/key`` (or ``s3://``, ``s3n://``) is
-    (``s3://bucket``, ``key``); ``hdfs://nn:8020/p`` is (``hdfs://nn:8020``, ``/p``); any other
-    ``scheme://authority/path`` is (``scheme://authority``, ``path``)."""
-    parsed = urllib.parse.urlsplit(location)
-    scheme = parsed.scheme.lower()
-    if scheme in ("", "file"):
-        path = parsed.path if scheme else location
-        return Dataset("file", os.path.normpath(path) if path else "/", delta)
-    if scheme in ("s3", "s3a", "s3n"):
-        return Dataset(f"s3://{parsed.netloc}", parsed.path.strip("/") or "/", delta)
-    path = parsed.path.rstrip("/")
-    if scheme != "hdfs":
-        path = path.lstrip("/")
-    return Dataset(f"{scheme}://{parsed.netloc}", path or "/", delta)
-
-
-def kafka_datasets(bootstrap_servers: str, topics: str) -> list[Dataset]:
-    """``kafka://host:port`` (the first bootstrap server; port 9092 when none is given) and each
-    topic of a comma-separated list."""
-    first = bootstrap_servers.split(",")[0].strip()
-    host, _, port = first.rpartition(":") if ":" in first else (first, ":", "9092")
-    namespace = f"kafka://{host}:{port or '9092'}"
-    return [Dataset(namespace, t.strip()) for t in topics.split(",") if t.strip()]
-
-
-def source_datasets(config: PipelineConfig) -> list[Dataset]:
-    """The pipeline's source: the landing directory, the Kafka topic, or the upstream pipeline's
-    ``events`` table."""
-    source = config.source
-    if source.kind == "kafka":
-        return kafka_datasets(source.bootstrap_servers or "", source.topic or "")
-    return [dataset_for(source.path or "", delta=source.kind == "delta")]
-
-
-def table_dataset(config: PipelineConfig, table: str) -> Dataset:
-    return dataset_for(config.table_path(table), delta=True)
-
-
-def asset_uri(location: str) -> str:
-    """The Airflow Asset URI of a location, as the providers define them: ``file:///abs/path``
-    (common-io) for a local path, ``s3://bucket/key`` (amazon) for ``s3a://``; any other URI as
-    it is. Airflow's OpenLineage provider turns both into the :func:`dataset_for` names."""
-    parsed = urllib.parse.urlsplit(location)
-    scheme = parsed.scheme.lower()
-    if scheme in ("", "file"):
-        return f"file://{os.path.normpath(parsed.path if scheme else location)}"
-    if scheme in ("s3a", "s3n"):
-        return urllib.parse.urlunsplit(("s3", parsed.netloc, parsed.path.rstrip("/"), "", ""))
-    return location
 
 
 # -- on or off -----------------------------------------------------------------------------------
@@ -307,7 +187,8 @@ class JobRun:
         self.nominal = nominal
         self.listener_transport = _listener_transport(os.environ)
         self.client = _client()
-        tables = _tables()["all"] if spec.every_table else tuple(dict.fromkeys((*spec.reads, *spec.writes)))
+        named = tuple(dict.fromkeys((*spec.reads, *spec.writes)))
+        tables = job_tables()["all"] if spec.every_table else named
         self.before = {t: _table_version(config.table_path(t)) for t in tables}
         self.extra_reads: list[str] = []
 
@@ -366,12 +247,30 @@ class JobRun:
         error: str | None = None,
         stack: str | None = None,
     ) -> Any:
+        from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+        from openlineage.client.facet_v2 import job_type_job
+
+        job_facets: dict[str, Any] = {
+            "jobType": job_type_job.JobTypeJobFacet(
+                processingType=self.spec.processing, integration="TIDEMARK", jobType="JOB", producer=PRODUCER
+            )
+        }
+        return RunEvent(
+            eventType=RunState(state),
+            eventTime=datetime.now(UTC).isoformat(),
+            run=Run(runId=self.run_id, facets=self._run_facets(error, stack)),
+            job=Job(namespace=self.namespace, name=self.job_name, facets=job_facets),
+            inputs=[InputDataset(namespace=d.namespace, name=d.name, facets=_facets(d)) for d in inputs],
+            outputs=[OutputDataset(namespace=d.namespace, name=d.name, facets=_facets(d)) for d in outputs],
+            producer=PRODUCER,
+        )
+
+    def _run_facets(self, error: str | None, stack: str | None) -> dict[str, Any]:
+        """The run's facets: the engine, the parent (and root) run, the nominal time, the error."""
         from importlib.metadata import version
 
-        from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
         from openlineage.client.facet_v2 import (
             error_message_run,
-            job_type_job,
             nominal_time_run,
             parent_run,
             processing_engine_run,
@@ -407,20 +306,7 @@ class JobRun:
             facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
                 message=error, programmingLanguage="python", stackTrace=stack, producer=PRODUCER
             )
-        job_facets: dict[str, Any] = {
-            "jobType": job_type_job.JobTypeJobFacet(
-                processingType=self.spec.processing, integration="TIDEMARK", jobType="JOB", producer=PRODUCER
-            )
-        }
-        return RunEvent(
-            eventType=RunState(state),
-            eventTime=datetime.now(UTC).isoformat(),
-            run=Run(runId=self.run_id, facets=facets),
-            job=Job(namespace=self.namespace, name=self.job_name, facets=job_facets),
-            inputs=[InputDataset(namespace=d.namespace, name=d.name, facets=_facets(d)) for d in inputs],
-            outputs=[OutputDataset(namespace=d.namespace, name=d.name, facets=_facets(d)) for d in outputs],
-            producer=PRODUCER,
-        )
+        return facets
 
     # the Spark listener
     def spark_conf(self, given: Mapping[str, Any]) -> dict[str, str]:

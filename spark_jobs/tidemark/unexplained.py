@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from tidemark import schemas as S
 from tidemark import tables as T
+from tidemark.aggregate import window_start_col
 from tidemark.alignment import EXTRA, MISSING, RecordDiff
 from tidemark.config import PipelineConfig
 from tidemark.recompute import recompute_records
@@ -96,21 +97,17 @@ def _stored(spark: SparkSession, config: PipelineConfig, where: Column) -> DataF
     return T.read_table(spark, path).where(where).select(*columns)
 
 
-def differing_records(
+def _differences(
     spark: SparkSession,
     config: PipelineConfig,
     source: RangeInput,
     windows: Mapping[int, Collection[str | None]],
-    sample: int = DEFAULT_SAMPLE,
-) -> dict[int, WindowRecords]:
-    """Per window start in ``windows`` (start -> the keys whose counts differ): the records the
-    recompute of ``source`` and the ``events`` table disagree on. Every window given has an entry
-    (totals 0 when they agree on every record)."""
-    from pyspark.sql import Window
+) -> DataFrame:
+    """One row per record identity and key whose copies the recompute of ``source`` and the
+    ``events`` table count differently: its window, kind, the copies in excess, where it came from
+    and (extra) the batch that stored it first."""
     from pyspark.sql import functions as F
 
-    if not windows:
-        return {}
     size = config.window
     where = _in_windows(windows, size)
     spans = [(ws, ws + size) for ws in sorted(windows)]
@@ -139,8 +136,8 @@ def differing_records(
         F.col("e._first"),
     )
     kind = F.when(F.col("diff") > 0, F.lit(MISSING)).otherwise(F.lit(EXTRA))
-    differ = both.where(F.col("diff") != 0).select(
-        (F.col("event_time") - F.pmod(F.col("event_time"), F.lit(size))).alias("window_start_ms"),
+    return both.where(F.col("diff") != 0).select(
+        window_start_col("event_time", size).alias("window_start_ms"),
         kind.alias("kind"),
         *IDENTITY,
         "key",
@@ -148,9 +145,27 @@ def differing_records(
         F.when(F.col("diff") > 0, F.col("r_source")).otherwise(F.col("_first.source")).alias("source"),
         F.when(F.col("diff") < 0, F.col("_first.batch_id")).alias("batch_id"),
     )
+
+
+def differing_records(
+    spark: SparkSession,
+    config: PipelineConfig,
+    source: RangeInput,
+    windows: Mapping[int, Collection[str | None]],
+    sample: int = DEFAULT_SAMPLE,
+) -> dict[int, WindowRecords]:
+    """Per window start in ``windows`` (start -> the keys whose counts differ): the records the
+    recompute of ``source`` and the ``events`` table disagree on. Every window given has an entry
+    (totals 0 when they agree on every record)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if not windows:
+        return {}
     group = Window.partitionBy("window_start_ms", "kind")
     listed = (
-        differ.select(
+        _differences(spark, config, source, windows)
+        .select(
             "*",
             F.sum("copies").over(group).alias("total"),
             F.row_number().over(group.orderBy(*IDENTITY, "key")).alias("n"),

@@ -15,7 +15,8 @@ from helpers import write_config
 
 from tidemark import lineage
 from tidemark.errors import SetupError, UsageError
-from tidemark.lineage import Dataset, RunRef, asset_uri, dataset_for, kafka_datasets, source_datasets
+from tidemark.lineage import RunRef
+from tidemark.lineage_names import Dataset, asset_uri, dataset_for, kafka_datasets, source_datasets
 
 RUN = "01a21ce9-1fce-7d95-be40-097c0b9aaf87"
 ROOT = "01a21ce9-1fce-7d95-be40-097c0b9aaf88"

@@ -32,7 +32,8 @@ from tidemark.alignment import CLOSED, OPEN, WindowResult, to_arrow
 from tidemark.batch_steps import PHASES, BatchSummary
 from tidemark.config import ConfigError, parse_config
 from tidemark.errors import SetupError
-from tidemark.metrics import COUNTER, METRICS, ReconcileCollector, StreamMetrics, registry_for, serve
+from tidemark.metrics import METRICS, ReconcileCollector, StreamMetrics, registry_for, serve
+from tidemark.metrics_catalog import COUNTER
 from tidemark.timeutil import MS_PER_HOUR, MS_PER_MINUTE, parse_instant_ms
 
 REPO = Path(__file__).resolve().parents[2]

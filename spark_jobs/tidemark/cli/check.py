@@ -108,17 +108,7 @@ def add_reconcile_command(sub: argparse._SubParsersAction) -> None:
         description="Recompute [start, end) from the raw source with the stream's own parsing "
         "and aggregation code, diff per window, write the reconciliation table and print it.",
     )
-    rc.add_argument("--config", required=True, help="pipeline YAML file")
-    rc.add_argument(
-        "--start",
-        type=instant,
-        help="range start, ISO-8601 or epoch ms (default: first committed window)",
-    )
-    rc.add_argument(
-        "--end",
-        type=instant,
-        help="range end, exclusive (default: end of the last committed window)",
-    )
+    _add_range_options(rc)
     rc.add_argument(
         "--target",
         type=fraction,
@@ -162,6 +152,21 @@ def add_reconcile_command(sub: argparse._SubParsersAction) -> None:
         "largest differences first; the others are named as not examined (default %(default)s)",
     )
     rc.set_defaults(func=cmd_reconcile)
+
+
+def _add_range_options(parser: argparse.ArgumentParser) -> None:
+    """The pipeline and the range reconciled: --config, --start, --end."""
+    parser.add_argument("--config", required=True, help="pipeline YAML file")
+    parser.add_argument(
+        "--start",
+        type=instant,
+        help="range start, ISO-8601 or epoch ms (default: first committed window)",
+    )
+    parser.add_argument(
+        "--end",
+        type=instant,
+        help="range end, exclusive (default: end of the last committed window)",
+    )
 
 
 def _count(text: str) -> int:
