@@ -50,7 +50,9 @@ def _start_prebuild(config, ids) -> None:
         return
     if not any(i.startswith("tests/deploy/") for i in ids):
         return
-    sys.path.insert(0, str(Path(__file__).parent / "deploy"))
+    deploy = str(Path(__file__).parent / "deploy")
+    if deploy not in sys.path:
+        sys.path.insert(0, deploy)
     import harness
 
     if harness.have_dockerd():  # else the engine fixture fails, naming the set-up step

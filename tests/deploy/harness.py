@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from tidemark.liveness import pid_alive
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 STANDIN = "tidemark-standin"
@@ -54,6 +56,10 @@ class Engine:
     def socket(self) -> Path:
         return self.root / "docker.sock"
 
+    def client_env(self) -> dict[str, str]:
+        """The environment a ``docker`` client of this engine runs with."""
+        return {**os.environ, "DOCKER_HOST": f"unix://{self.socket}", "DOCKER_BUILDKIT": "0"}
+
     def start(self, timeout: float = 60) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
@@ -76,7 +82,7 @@ class Engine:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.env = {**os.environ, "DOCKER_HOST": f"unix://{self.socket}", "DOCKER_BUILDKIT": "0"}
+        self.env = self.client_env()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -452,9 +458,10 @@ def build_project_images(engine: Engine, work: Path) -> dict:
 
 
 # -- the images built beside the run -------------------------------------------------------------
-# The builds mostly wait on the network (Debian and PyPI), not on the CPU: `pytest` starts them in
-# the background as soon as it has collected an image test (tests/conftest.py), and the fixtures
-# attach to that engine instead of building while a worker waits. PREBUILD is the directory under
+# The builds wait on the network (Debian and PyPI) much of the time: `pytest` starts them in the
+# background as soon as it has collected an image test (tests/conftest.py), and the fixtures attach
+# to that engine instead of building while a worker waits. Their CPU (apt, pip) still competes with
+# the workers'. PREBUILD is the directory under
 # the run's base temporary directory (a worker's parent): engine/, report.json or error.txt,
 # pid, log, and stop (written when the run ends).
 PREBUILD = "deploy-prebuild"
@@ -500,7 +507,7 @@ def stop_prebuild(proc: subprocess.Popen, folder: Path, timeout: float = 180) ->
 def attach_prebuild(folder: Path) -> Engine:
     """The background build's engine (the builder owns it: stopping this one does nothing)."""
     engine = Engine(folder / "engine")
-    engine.env = {**os.environ, "DOCKER_HOST": f"unix://{engine.socket}", "DOCKER_BUILDKIT": "0"}
+    engine.env = engine.client_env()
     return engine
 
 
@@ -513,9 +520,7 @@ def wait_prebuild(folder: Path, timeout: float = 3600) -> dict:
             return json.loads((folder / "report.json").read_text())
         if (folder / "error.txt").is_file():
             raise RuntimeError(f"the image build beside the run failed: {(folder / 'error.txt').read_text()}")
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
             if (folder / "report.json").is_file():
                 continue
             log_tail = (folder / "log").read_text(errors="replace")[-3000:]

@@ -9,7 +9,6 @@ and is removed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -20,13 +19,7 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
 
 import harness as h  # noqa: E402
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from tidemark.liveness import pid_alive  # noqa: E402
 
 
 def main(folder: Path, run_pid: int) -> int:
@@ -41,7 +34,7 @@ def main(folder: Path, run_pid: int) -> int:
     except Exception:  # whatever failed is the report the tests read
         (folder / "error.txt").write_text(traceback.format_exc()[-4000:])
     try:
-        while not (folder / "stop").exists() and _alive(run_pid):
+        while not (folder / "stop").exists() and pid_alive(run_pid):
             time.sleep(1)
     finally:
         engine.stop()
