@@ -62,6 +62,7 @@ import sqlalchemy
 from airflow.settings import _get_connect_args
 
 engine = sqlalchemy.create_engine(sys.argv[1], connect_args=_get_connect_args("sync"))
+print("ready", flush=True)
 started = time.monotonic()
 with engine.begin() as connection:
     connection.exec_driver_sql("INSERT INTO t VALUES (2)")
@@ -89,6 +90,9 @@ def test_the_launchers_sqlite_waits_out_a_writer_that_holds_the_lock_past_5_s(tm
     )  # fmt: skip
     import time
 
+    # the lock is held 8 s from when the writer is about to write, not from its start: importing
+    # Airflow took over 4 s on a loaded machine, and the writer then waited only 3.8 s
+    assert writer.stdout.readline().strip() == "ready", writer.stderr.read()[-2000:]
     time.sleep(8)
     holder.execute("COMMIT")
     out, err = writer.communicate(timeout=120)
