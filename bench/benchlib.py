@@ -274,13 +274,18 @@ def jvm_pid(spark: SparkSession) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
-def tests_conftest():
-    """tests/conftest.py (the project's broker), loaded by path: under pytest a module named
-    ``conftest`` is already some other directory's (bench/report.py imports this file there)."""
+def kafka_broker_class():
+    """The project's broker as the tests start it (``tests/brokers.py``'s ``KafkaBroker``), loaded by
+    path: under pytest a module of that name may already be another directory's (bench/report.py
+    imports this file there)."""
     import importlib.util
+    import sys
 
-    spec = importlib.util.spec_from_file_location("tidemark_tests_conftest", ROOT / "tests" / "conftest.py")
+    tests = str(ROOT / "tests")
+    if tests not in sys.path:  # the broker imports the tests' helpers (free ports)
+        sys.path.append(tests)
+    spec = importlib.util.spec_from_file_location("tidemark_tests_brokers", ROOT / "tests" / "brokers.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return module.KafkaBroker

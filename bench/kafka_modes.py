@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 from benchlib import (  # noqa: E402
     baseline_kafka_events,
     json_progress,
+    kafka_broker_class,
     load_line,
     machine_line,
     md_table,
     median,
     run_baseline,
-    tests_conftest,
     write_results,
 )
 from helpers import write_config  # noqa: E402
@@ -53,7 +53,7 @@ SYSTEMS = ("baseline", "exactly_once", "at_least_once")
 
 
 if TYPE_CHECKING:
-    from conftest import KafkaBroker
+    from brokers import KafkaBroker
 
 
 def kafka_config(root: Path, name: str, broker: KafkaBroker, topic: str, per_trigger: int, **extra):
@@ -230,7 +230,7 @@ def main() -> None:
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     print(f"machine: {machine_line()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
-    broker = tests_conftest().KafkaBroker(root / "kafka")
+    broker = kafka_broker_class()(root / "kafka")
     broker.start()
     try:
         scenario = Scenario(

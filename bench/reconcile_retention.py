@@ -57,13 +57,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import (
     DEFAULT_WORKDIR,
+    kafka_broker_class,
     load_line,
     machine_line,
     md_table,
     median,
     pipeline_config,
     session,
-    tests_conftest,
     write_results,
 )
 
@@ -198,7 +198,7 @@ def main() -> None:
     broker = None
     if args.source == "kafka":
         shutil.rmtree(args.workdir / "kafka", ignore_errors=True)
-        broker = tests_conftest().KafkaBroker(args.workdir / "kafka")
+        broker = kafka_broker_class()(args.workdir / "kafka")
         broker.first_start()
         atexit.register(broker.stop)
         t0 = time.monotonic()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "crash"))
 
-from conftest import KafkaBroker  # noqa: E402
+from brokers import KafkaBroker  # noqa: E402
 from helpers import assert_exactly_once, small_scenario, write_config  # noqa: E402
 from test_exactly_once import kill_at_random_moments, start_job  # noqa: E402
 
