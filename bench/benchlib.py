@@ -275,17 +275,13 @@ def jvm_pid(spark: SparkSession) -> int:
 
 
 def kafka_broker_class():
-    """The project's broker as the tests start it (``tests/brokers.py``'s ``KafkaBroker``), loaded by
-    path: under pytest a module of that name may already be another directory's (bench/report.py
-    imports this file there)."""
-    import importlib.util
+    """The project's broker as the tests start it (``tests/brokers.py``), imported with the tests'
+    directory on the path (the broker takes its free ports from the tests' helpers)."""
     import sys
 
     tests = str(ROOT / "tests")
-    if tests not in sys.path:  # the broker imports the tests' helpers (free ports)
+    if tests not in sys.path:
         sys.path.append(tests)
-    spec = importlib.util.spec_from_file_location("tidemark_tests_brokers", ROOT / "tests" / "brokers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.KafkaBroker
+    from brokers import KafkaBroker
+
+    return KafkaBroker
