@@ -111,17 +111,33 @@ def _request(platform: Platform, token: str | None, path: str, body: dict | None
 
 
 def _api(platform: Platform, token: str, path: str, body: dict | None = None):
-    # Airflow answers a backfill request 503 when SQLite (this platform's metadata database) was
-    # locked by the scheduler for longer than its busy timeout ("not supported on SQLite under
-    # concurrent access"), which a loaded machine reaches; the request changed nothing, and a
-    # user would send it again.
+    # This platform's metadata database is SQLite, written by the scheduler, the dag-processor,
+    # the triggerer, the task workers and the API server at once. A backfill request that meets
+    # another component's write can fail: 503 when the route saw the lock ("not supported on
+    # SQLite under concurrent access"), 500 when the audit-log insert that runs before the route
+    # was refused (a stale read snapshot gets SQLITE_BUSY at once, without the busy wait). Either
+    # way the request created nothing, and a user sends it again; a failed creation after which
+    # a backfill exists is not retried.
     for attempt in range(5):
         try:
             return _request(platform, token, path, body)
         except urllib.error.HTTPError as exc:
-            if exc.code != 503 or "/backfills" not in path or attempt == 4:
+            exc.add_note(_last_server_error(platform))
+            if exc.code not in (500, 503) or not path.startswith("/api/v2/backfills") or attempt == 4:
                 raise
+            if body is not None and path == "/api/v2/backfills":
+                created = _request(platform, token, f"/api/v2/backfills?dag_id={body['dag_id']}")
+                if created["backfills"]:
+                    raise
             time.sleep(2 * (attempt + 1))
+
+
+def _last_server_error(platform: Platform) -> str:
+    """The API server log's last error line (Airflow logs a 500's statement under an id)."""
+    log = platform.root / "logs" / "api-server.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    errors = [line for line in lines if "[error" in line]
+    return f"api-server's last error: {errors[-1][:400] if errors else '(none logged)'}"
 
 
 def _token(platform: Platform, user: str, password: str) -> str:
