@@ -117,3 +117,61 @@ def test_a_tagged_run_has_its_own_block_and_never_stands_for_the_untagged_one(tm
     assert report.newest("soak").name == "soak-2026-11-25T1255.jsonl"
     with pytest.raises(SystemExit, match="no results for latency@hb"):
         report.newest("latency@hb")
+
+
+def _goals():
+    spec = importlib.util.spec_from_file_location("bench_goals", REPO / "bench" / "goals.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _peer_runs(peer_walls: list[float]) -> dict:
+    runs = []
+    for round_, wall in enumerate(peer_walls, start=1):
+        runs.append({"round": round_, "system": "spark_peer", "k": 1, "wall_s": wall})
+        runs.append(
+            {"round": round_, "system": "exactly_once", "k": 1, "wall_s": 10.0, "batch_s": 8.0, "batches": 3,
+             "phases_s": {"write_events": 4.0, "dedup_hashes": 2.5, "load_state": 0.1}}
+        )  # fmt: skip
+    return {"commit": "abc1234", "sizes": [1], "input": {"lines": 1000, "clean_lines": 1000}, "runs": runs}
+
+
+def test_the_goal_table_grades_each_goal_from_its_results():
+    """bench/goals.py: the paired ratios' median against the goal, the spread, the commit, and
+    where the time goes when a goal is not met; a bench with no results is a row saying so."""
+    goals = _goals()
+    met = goals.render({"peers": _peer_runs([12.0, 25.0, 20.0])})  # ratios 1.2, 2.5, 2.0
+    row = next(line for line in met.splitlines() if "plain-Spark peer (1 files" in line)
+    assert "| 2.00 (1.20-2.50) | abc1234 | met |" in row
+    missed = goals.render({"peers": _peer_runs([12.0, 13.0, 14.0])})  # 1.2, 1.3, 1.4
+    row = next(line for line in missed.splitlines() if "plain-Spark peer (1 files" in line)
+    assert "| 1.30 (1.20-1.40) | abc1234 | **NOT met** |" in row
+    assert "8.0 s in 3 batches (write_events 4.0 s, dedup_hashes 2.5 s, load_state 0.1 s)" in row
+    assert "| latency@lagging | no results | - | **NOT met** |" in missed
+
+    latency = {
+        "commit": "def5678",
+        "args": {"trigger": "10s"},
+        "rows": [
+            ["no lag", "floor: the landed records", "100/100", "-", "-", "10.0", "14.0", "15.0", "-"],
+            ["no lag", "Tidemark, precise 0.999", "100/100", "-", "3: 30.0", "20.0", "25.5", "26.0", "11.5"],
+            [
+                "0.5% lagging",
+                "Tidemark, precise 0.999",
+                "100/100",
+                "-",
+                "2: 31.0",
+                "21.0",
+                "40.0",
+                "41.0",
+                "12.5",
+            ],
+        ],
+    }
+    rows = [
+        line for line in goals.render({"latency": latency}).splitlines() if line.startswith("| latency (")
+    ]
+    assert "p99 11.5 s over the floor" in rows[0] and "| def5678 | met |" in rows[0]
+    assert "p99 12.5 s over the floor" in rows[1] and "| def5678 | **NOT met** |" in rows[1]
+    assert "the wait for the next 10s trigger and the batch" in rows[1]
