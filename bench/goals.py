@@ -23,6 +23,8 @@ SOURCES = (
     "peers",
     "latency",
     "latency@lagging",
+    "latency@alone",
+    "latency@no-heartbeats",
     "hosts_scale",
     "reconcile_retention",
     "reconcile_retention@kafka",
@@ -77,7 +79,7 @@ def peers_rows(data: dict) -> list[list[str]]:
     return rows
 
 
-def latency_rows(name: str, data: dict) -> list[list[str]]:
+def latency_rows(data: dict) -> list[list[str]]:
     rows_in = data["rows"]
     if not rows_in or len(rows_in[0]) < 9:  # results from before the floor's excess was measured
         return [
@@ -105,9 +107,16 @@ def latency_rows(name: str, data: dict) -> list[list[str]]:
         where = (
             f"the wait for the next {trigger} trigger and the batch; the first batch's windows apart: {r[4]}"
         )
+        peers = sum(1 for x in rows_in if x[0] == r[0] and x[1].startswith("Spark"))
+        beside = (
+            f"{peers} peer quer{'ies' if peers > 1 else 'y'} beside it" if peers else "alone in its session"
+        )
+        if data["args"].get("heartbeat_every", "0s") in ("0s", "0"):
+            beside += ", no heartbeats"
         rows.append(
             [
-                f"latency ({r[0]}): p99 <= floor + {trigger} + 2 s, so <= {goal_s:.0f} s over the floor",
+                f"latency ({r[0]}, {beside}): p99 <= floor + {trigger} + 2 s, "
+                f"so <= {goal_s:.0f} s over the floor",
                 measured,
                 data["commit"],
                 _verdict(over <= goal_s),
@@ -212,8 +221,10 @@ def render(results: dict[str, object]) -> str:
     rows: list[list[str]] = []
     builders = {
         "peers": peers_rows,
-        "latency": lambda d: latency_rows("latency", d),
-        "latency@lagging": lambda d: latency_rows("latency@lagging", d),
+        "latency": latency_rows,
+        "latency@lagging": latency_rows,
+        "latency@alone": latency_rows,
+        "latency@no-heartbeats": latency_rows,
         "hosts_scale": hosts_rows,
         "reconcile_retention": lambda d: retention_rows("landing files", d),
         "reconcile_retention@kafka": lambda d: retention_rows("a Kafka topic", d),
