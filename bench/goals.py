@@ -44,14 +44,6 @@ def _phases(run: dict, top: int = 3) -> str:
     return ", ".join(f"{name} {secs:.1f} s" for name, secs in ranked)
 
 
-def _median_run(runs: list[dict], system: str, k: int) -> dict | None:
-    done = sorted(
-        (r for r in runs if r["system"] == system and r["k"] == k and "wall_s" in r),
-        key=lambda r: r["wall_s"],
-    )
-    return done[(len(done) - 1) // 2] if done else None
-
-
 def peers_rows(data: dict) -> list[list[str]]:
     import peers
 
@@ -65,8 +57,8 @@ def peers_rows(data: dict) -> list[list[str]]:
             ok = median(ratios) >= least
             where = ""
             if not ok:
-                mine = _median_run(data["runs"], num, k)
-                theirs = _median_run(data["runs"], den, 0 if den == "flink" else k)
+                mine = peers.median_run(data["runs"], num, k)
+                theirs = peers.median_run(data["runs"], den, 0 if den == "flink" else k)
                 if mine and theirs and "batch_s" in mine:
                     where = (
                         f"{num}'s median run {mine['wall_s']:.1f} s wall, {mine['batch_s']:.1f} s in "
@@ -108,9 +100,8 @@ def latency_rows(data: dict) -> list[list[str]]:
             f"the wait for the next {trigger} trigger and the batch; the first batch's windows apart: {r[4]}"
         )
         peers = sum(1 for x in rows_in if x[0] == r[0] and x[1].startswith("Spark"))
-        beside = (
-            f"{peers} peer quer{'ies' if peers > 1 else 'y'} beside it" if peers else "alone in its session"
-        )
+        queries = "queries" if peers > 1 else "query"
+        beside = f"{peers} peer {queries} beside it" if peers else "alone in its session"
         if data["args"].get("heartbeat_every", "0s") in ("0s", "0"):
             beside += ", no heartbeats"
         rows.append(
@@ -138,13 +129,8 @@ def hosts_rows(data: dict) -> list[list[str]]:
     rounds = [hosts_scale.Run(**r) for r in data["runs"]]
     sizes = [int(h) for h in data["args"]["hosts"].split(",")]
     base, top = sizes[0], sizes[-1]
-    by_round: dict[int, dict[int, object]] = {}
-    for run in rounds:
-        by_round.setdefault(run.round, {})[run.hosts] = run
-    ratios = [
-        median(r[top].steady) / median(r[base].steady) for r in by_round.values() if top in r and base in r
-    ]
-    per_m = [r.py_cpu_s / r.rows * 1e6 for r in rounds if r.hosts == top and r.rows]
+    ratios = hosts_scale.paired_ratios(rounds, base, top)
+    per_m = hosts_scale.driver_cpu_per_million(rounds, top)
     where = f"driver CPU {median(per_m):.2f} s per M lines at {top:,} hosts" if per_m else ""
     ok = median(ratios) <= hosts_scale.GOAL
     return [

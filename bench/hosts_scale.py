@@ -196,20 +196,30 @@ def main() -> None:
 GOAL = 1.3  # issue 41: the median of the paired per-round ratios, largest host count over the first
 
 
+def paired_ratios(rounds: list[Run], base: int, hosts: int) -> list[float]:
+    """Per round, the steady batch median at ``hosts`` over the one at ``base`` of that round."""
+    by_round: dict[int, dict[int, Run]] = {}
+    for run in rounds:
+        by_round.setdefault(run.round, {})[run.hosts] = run
+    return [
+        median(r[hosts].steady) / median(r[base].steady)
+        for r in by_round.values()
+        if hosts in r and base in r
+    ]
+
+
+def driver_cpu_per_million(rounds: list[Run], hosts: int) -> list[float]:
+    """The Python driver's CPU-seconds per million lines, per round at ``hosts``."""
+    return [r.py_cpu_s / r.rows * 1e6 for r in rounds if r.hosts == hosts and r.rows]
+
+
 def paired_table(rounds: list[Run], sizes: list[int]) -> str:
     """Per round, each host count's steady median over the first host count's of the same round;
     the median and the spread (min-max) of those ratios, graded against the goal at the largest."""
     base = sizes[0]
-    by_round: dict[int, dict[int, Run]] = {}
-    for run in rounds:
-        by_round.setdefault(run.round, {})[run.hosts] = run
     rows = []
     for hosts in sizes[1:]:
-        ratios = [
-            median(r[hosts].steady) / median(r[base].steady)
-            for r in by_round.values()
-            if hosts in r and base in r
-        ]
+        ratios = paired_ratios(rounds, base, hosts)
         verdict = (
             (f"<= {GOAL}x: " + ("met" if median(ratios) <= GOAL else "NOT met"))
             if hosts == sizes[-1]
@@ -228,7 +238,7 @@ def driver_table(rounds: list[Run], sizes: list[int]) -> str:
     stayed as measured."""
     rows = []
     for hosts in sizes:
-        per_m = [r.py_cpu_s / r.rows * 1e6 for r in rounds if r.hosts == hosts and r.rows]
+        per_m = driver_cpu_per_million(rounds, hosts)
         if not per_m:
             continue
         rows.append([f"{hosts:,}", f"{median(per_m):.2f}", f"{min(per_m):.2f}-{max(per_m):.2f}",

@@ -405,6 +405,15 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
+def median_run(runs: list[dict], system: str, k: int, needs: str = "wall_s") -> dict | None:
+    """The run of ``system`` at ``k`` files per trigger with the median wall time (the lower of
+    the two middle ones), among the runs that recorded ``needs``; None when there is none."""
+    done = sorted(
+        (r for r in runs if r["system"] == system and r["k"] == k and needs in r), key=lambda r: r["wall_s"]
+    )
+    return done[(len(done) - 1) // 2] if done else None
+
+
 def render(data: dict) -> str:
     """The tables of one results file (also what ``bench/report.py`` puts in the docs)."""
     rate = rates(data)
@@ -453,13 +462,9 @@ def render(data: dict) -> str:
     rows = []
     for system in ("exactly_once", "at_least_once"):
         for k in sizes:
-            done = sorted(
-                (r for r in data["runs"] if r["system"] == system and r["k"] == k and "phases_s" in r),
-                key=lambda r: r["wall_s"],
-            )
-            if not done:
+            mid = median_run(data["runs"], system, k, "phases_s")
+            if mid is None:
                 continue
-            mid = done[(len(done) - 1) // 2]
             top = sorted(mid["phases_s"].items(), key=lambda item: -item[1])[:6]
             rows.append(
                 [system, k, f"{mid['wall_s']:.1f}", mid["batches"], f"{mid['batch_s']:.1f}",
