@@ -57,14 +57,18 @@ def installed(tmp_path_factory):
     [wheel] = dist.glob("tidemark-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # requirements.txt is the runtime lock; pip takes no extras in a constraints file
+    # The wheel's own dependency declarations are resolved (not --no-deps), every version held to
+    # the lock's pin: requirements.lock's pins as constraints (a constraints file takes no
+    # hashes). uv, offline, from the cache set-up filled (scripts/setup.sh): seconds instead of
+    # pip's minutes of unpacking some 2 GB; the wheel and what it declares are the same.
     constraints = root / "constraints.txt"
-    constraints.write_text(re.sub(r"\[[a-z,]+\]", "", (REPO / "requirements.txt").read_text()))
+    lock = (REPO / "requirements.lock").read_text().splitlines()
+    constraints.write_text("".join(f"{line.split()[0]}\n" for line in lock if re.match(r"[A-Za-z0-9]", line)))
     python = str(venv / "bin" / "python")
+    uv = str(Path(sys.executable).with_name("uv"))
+    install = [uv, "pip", "install", "-q", "--offline", "--python", python]
     subprocess.run(
-        # --no-compile: the deployer's pip also byte-compiles every installed module up front (some
-        # 20,000 files here); Python compiles the ones a run imports as it imports them.
-        [python, "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[airflow]", "-c", str(constraints)],
+        [*install, f"{wheel}[airflow]", "-c", str(constraints)],
         check=True,
         cwd=root,
     )
@@ -72,7 +76,7 @@ def installed(tmp_path_factory):
     work = root / "work"
     work.mkdir()
     yield python, work, round(time.monotonic() - began, 1)
-    shutil.rmtree(venv, ignore_errors=True)  # ~2 GB, a second copy of the dependencies
+    shutil.rmtree(venv, ignore_errors=True)  # ~2 GB of links into uv's cache (copies across file systems)
 
 
 def _env(work: Path, **extra: str) -> dict[str, str]:

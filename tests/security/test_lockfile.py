@@ -1,7 +1,7 @@
 """Finding: requirements.txt pinned a few of the ~190 installed packages, with no hashes.
 
-requirements.lock (scripts/lock.sh) pins everything requirements-dev.txt resolves to, plus pip,
-setuptools and wheel, each with its sha256; scripts/setup.sh installs only from it, with
+requirements.lock (scripts/lock.sh) pins everything requirements-dev.txt resolves to (uv among
+them), plus pip, setuptools and wheel, each with its sha256; scripts/setup.sh installs only from it, with
 --require-hashes. These checks read files and the running interpreter's installed packages, no
 network: the lock is complete and hashed, the environment the tests run in is exactly the lock
 (a package installed without locking it fails here), the lock still satisfies the requirements
@@ -66,7 +66,7 @@ def test_every_locked_requirement_is_pinned_with_a_hash() -> None:
     lock = read_lock()
     assert len(lock) > 150, f"requirements.lock pins only {len(lock)} packages"
     # set-up installs the build tools from the lock before anything else
-    assert {"pip", "setuptools", "wheel"} <= lock.keys()
+    assert {"pip", "setuptools", "wheel", "uv"} <= lock.keys()
 
 
 def test_installed_environment_is_exactly_the_lock() -> None:
@@ -119,8 +119,55 @@ def test_setup_installs_with_require_hashes() -> None:
             assert "--no-deps" in line, f"the editable install may pull in dependencies: {line}"
             continue
         assert "--require-hashes" in line, f"scripts/setup.sh installs without --require-hashes: {line}"
-        assert "--no-deps" in line, f"scripts/setup.sh installs with dependency resolution: {line}"
+        # pip resolves dependencies outside hash checking; uv's --require-hashes also checks every
+        # dependency it resolves (test_uv_refuses_a_dependency_the_lock_does_not_hash)
+        if not re.search(r"\buv pip install\b", line):
+            assert "--no-deps" in line, f"scripts/setup.sh installs with pip's dependency resolution: {line}"
         assert "-r requirements.txt" not in line and "-r requirements-dev.txt" not in line, line
     assert any("-r requirements.lock" in line for line in installs), "setup.sh does not install the lock"
     stamp = next(line for line in script if line.startswith("want=$("))
     assert "requirements.lock" in stamp, f"the install stamp ignores requirements.lock: {stamp}"
+
+
+def test_uv_refuses_a_dependency_the_lock_does_not_hash(tmp_path) -> None:
+    """setup.sh lets uv resolve the lock's dependencies (no --no-deps): safe only because uv's
+    hash-checking mode refuses any dependency not pinned with a hash in the input. A lock holding
+    python-dateutil but not its dependency must fail; the whole lock must pass. Offline: set-up's
+    resolution left every locked package's metadata in uv's cache."""
+    import subprocess
+    import sys
+
+    uv = Path(sys.executable).with_name("uv")
+    lock = read_lock()
+    version, hashes = lock["python-dateutil"]
+    partial = tmp_path / "partial.txt"
+    partial.write_text(f"python-dateutil=={version} " + " ".join(hashes) + "\n")
+
+    empty = tmp_path / "venv"  # nothing installed: every dependency must come from the input
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(empty)], check=True)
+
+    def dry_run(requirements: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                str(uv),
+                "pip",
+                "install",
+                "--offline",
+                "--dry-run",
+                "--python",
+                str(empty / "bin" / "python"),
+                "--require-hashes",
+                "--no-build-isolation",
+                "-r",
+                str(requirements),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    refused = dry_run(partial)
+    assert refused.returncode != 0, f"uv installed a dependency without a hash:\n{refused.stderr}"
+    assert "no trusted hash was provided" in refused.stderr, refused.stderr
+    whole = dry_run(LOCK)
+    assert whole.returncode == 0, f"uv refused requirements.lock:\n{whole.stderr[-2000:]}"
