@@ -33,6 +33,8 @@ SOURCES = (
     "soak",
 )
 HEADERS = ["goal", "measured: median (spread)", "commit", "verdict", "where the time goes"]
+# what reconcile_retention's run reads, by its tag
+RETENTION_SOURCES = {"": "landing files", "kafka": "a Kafka topic"}
 RETENTION_GOAL = 1.2  # one hour reconciled with a day present / the hour alone
 SOAK_HOURS = 6.0  # the shortest soak the goal accepts (24 h asked first)
 
