@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from lockfile import read_lock
 
 from tidemark.resources import jars_dir
 from tidemark.timeutil import format_instant_ms, parse_instant_ms
@@ -62,8 +63,7 @@ def installed(tmp_path_factory):
     # hashes). uv, offline, from the cache set-up filled (scripts/setup.sh): seconds instead of
     # pip's minutes of unpacking some 2 GB; the wheel and what it declares are the same.
     constraints = root / "constraints.txt"
-    lock = (REPO / "requirements.lock").read_text().splitlines()
-    constraints.write_text("".join(f"{line.split()[0]}\n" for line in lock if re.match(r"[A-Za-z0-9]", line)))
+    constraints.write_text("".join(f"{name}=={version}\n" for name, (version, _) in read_lock().items()))
     python = str(venv / "bin" / "python")
     uv = str(Path(sys.executable).with_name("uv"))
     install = [uv, "pip", "install", "-q", "--offline", "--python", python]
