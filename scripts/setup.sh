@@ -77,7 +77,8 @@ fi
 # Everything comes from requirements.lock (scripts/lock.sh writes it from requirements-dev.txt):
 # each package pinned with its sha256 and installed with --require-hashes, so nothing unpinned or
 # unhashed gets in. pip installs the build tools and uv first, from the same lock and with
-# --no-deps; uv installs the rest (about 4x faster than pip here). Its --require-hashes checks
+# --no-deps; uv installs the rest (about 4x faster than pip here), compiling their bytecode as pip
+# does (uv does not by default; see the project's bytecode below). Its --require-hashes checks
 # every dependency too: a package the lock does not pin with a hash fails the install, and the
 # resolution leaves each pinned package's metadata in uv's cache, from which tests install the
 # built wheel offline (tests/cluster/test_installed.py). The sdist-only packages (pyspark,
@@ -90,14 +91,16 @@ lock_entries() {
     keep && !/^ *#/' requirements.lock
 }
 stamp=.venv/.tidemark-requirements.sha256
-want=$(cat requirements.lock requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+# (the word "bytecode": a venv set up before the install compiled bytecode is set up again)
+want=$({ cat requirements.lock requirements.txt requirements-dev.txt pyproject.toml; echo bytecode; } | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing the locked requirements (a minute or two the first time)"
   [ "$(lock_entries pip setuptools wheel uv | grep -c '==')" = 4 ] \
     || die "requirements.lock lacks pip, setuptools, wheel or uv; re-run scripts/lock.sh"
   .venv/bin/pip install --quiet --require-hashes --no-deps -r <(lock_entries pip setuptools wheel uv) \
     || die "could not install the locked pip, setuptools, wheel and uv (pip's errors are above)"
-  .venv/bin/uv pip install --quiet --python .venv/bin/python --require-hashes --no-build-isolation -r requirements.lock \
+  .venv/bin/uv pip install --quiet --python .venv/bin/python --require-hashes --no-build-isolation \
+    --compile-bytecode -r requirements.lock \
     || die "could not install requirements.lock (uv's errors are above; after editing requirements*.txt run scripts/lock.sh)"
   .venv/bin/uv pip install --quiet --python .venv/bin/python --no-deps --no-build-isolation -e . \
     || die "could not install the project (uv's errors are above)"
@@ -106,6 +109,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 else
   say "requirements up to date"
 fi
+# Bytecode for the project's own code (an editable install: uv compiles none of it). Python reads
+# a module's .pyc whenever it is current and compiles the source in memory otherwise; where
+# PYTHONDONTWRITEBYTECODE is set (as on this machine) it never writes one, so every process
+# would compile every module it imports, each time (importing Airflow and the operators: 5.2 CPU-s
+# without bytecode, 2.3 with).
+# compileall skips what is current, so this is cheap after the first time.
+.venv/bin/python -m compileall -q -j 0 spark_jobs plugins dags tests bench >/dev/null \
+  || die "could not compile the project's Python files (python -m compileall above)"
 
 # The second Java the tests run Spark on (tests/spark/test_java_versions.py): Debian's OpenJDK 21
 # unpacked under .cache/java21 with its own glibc (scripts/java21.sh says why and how).
