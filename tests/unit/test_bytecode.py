@@ -3,7 +3,7 @@
 With ``PYTHONDONTWRITEBYTECODE`` set (as on this machine) Python never writes a ``.pyc``: without
 set-up's (uv's ``--compile-bytecode``, ``compileall`` for the project's trees) every process would
 compile every module it imports, each time (importing Airflow and the operators: 5.2 CPU-s instead
-of 2.3; the suite ran ~10% longer).
+of 2.3; the suite, 2,371 s against 2,117 s).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def stale_reason(source: Path) -> str | None:
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_installed_and_project_modules_have_current_bytecode(module):
+def test_the_locks_packages_have_current_bytecode(module):
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin, module
     reason = stale_reason(Path(spec.origin))
