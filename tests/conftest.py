@@ -11,18 +11,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 SERIAL_GC = "-XX:+UseSerialGC"
-C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
 def pytest_configure(config):
     # The JVMs the tests start as jobs (subprocesses, spark-submit) are short-lived: C1 only starts
     # one ~25% faster (the demo test: 36-38 s -> 27-28 s; a storage-fault test with three job
-    # runs 79 s -> 67 s). The session fixture's JVM is C1 only too (see ``spark``). The
-    # benchmarks keep C2.
+    # runs 79 s -> 67 s). The session fixture's JVM lives for the whole run and keeps C2 (C1 made
+    # the dedup tests run in it 100 s -> 102 s). The benchmarks keep C2.
     # The serial collector: two xdist workers share 2 cores, and G1's concurrent threads cost
     # more than they save on these heaps (a 2,000-host demo, 5 paired runs: CPU-seconds
     # 0.79-0.95x, median 0.89x, of G1's; wall 0.81-0.99x).
-    os.environ.setdefault("TIDEMARK_JVM_OPTIONS", f"{C1_ONLY} {SERIAL_GC}")
+    os.environ.setdefault("TIDEMARK_JVM_OPTIONS", f"-XX:TieredStopAtLevel=1 {SERIAL_GC}")
 
 
 # tryfirst: xdist's worker adds ``@group`` to each node id in its own pytest_collection_modifyitems,
@@ -96,13 +95,10 @@ def spark(tmp_path_factory):
         extra_conf={
             "spark.sql.warehouse.dir": str(warehouse),
             "spark.driver.memory": "2g",
-            # C1 only and the serial collector, as the jobs' JVMs. It lives for the whole run, but
-            # runs many small, different queries: C2's compiler threads cost more than they
-            # save (tests/spark/test_reconcile.py + test_window_revisions.py alone, 2 pairs:
-            # 136/128 -> 110/108 CPU-s, wall 84/80 -> 87/86 s with a core to spare; the
-            # suite's two workers have none).
-            "spark.driver.extraJavaOptions": f"{JVM_OPTIONS} {C1_ONLY} {SERIAL_GC}",
-            "spark.executor.extraJavaOptions": f"{JVM_OPTIONS} {C1_ONLY} {SERIAL_GC}",
+            # long-lived: C2 as in production, without the jobs' TIDEMARK_JVM_OPTIONS; the
+            # serial collector as theirs
+            "spark.driver.extraJavaOptions": f"{JVM_OPTIONS} {SERIAL_GC}",
+            "spark.executor.extraJavaOptions": f"{JVM_OPTIONS} {SERIAL_GC}",
         },
     )
     yield session
