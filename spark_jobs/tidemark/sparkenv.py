@@ -132,7 +132,8 @@ def default_conf(master: str = "local[2]", shuffle_partitions: int = 4) -> dict[
         # JVM: ~6 py4j round trips and a Python stack walk per call, on every job's start (the
         # record parser: ~3,700 round trips -> ~1,200, 1.05 s -> 0.70 s) and in every batch. A
         # job's DataFrames are Tidemark's own, so the call site names Tidemark's code, never the
-        # user's (a 200-host demo, 3 paired runs: wall 0.87-0.94x, CPU-s 0.87-0.99x).
+        # user's (a 200-host demo, 3 paired runs: wall 0.86-0.94x, CPU-s 0.87-0.99x; the test
+        # suite, one run each: within its run-to-run noise).
         "spark.python.sql.dataFrameDebugging.enabled": "false",
         "spark.driver.memory": "3g",
         "spark.sql.adaptive.enabled": "true",
