@@ -46,7 +46,8 @@ def _java() -> Path | None:
 def archive_key() -> str | None:
     """A digest of what a CDS archive depends on: the JVM (its resolved binary and libjvm, their
     sizes and modification times) and the driver's class path (Spark's jars and the cached ones,
-    names and sizes, and the configuration directory); None without a ``java``."""
+    names, sizes and modification times, and the configuration directory); None without a
+    ``java``."""
     java = _java()
     if java is None:
         return None
@@ -56,10 +57,19 @@ def archive_key() -> str | None:
         parts.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
     spark = spark_home()
     parts.append(os.environ.get("SPARK_CONF_DIR") or str(spark / "conf"))
-    parts += sorted(f"{jar.name}:{jar.stat().st_size}" for jar in (spark / "jars").glob("*.jar"))
+    parts += sorted(_jar(jar) for jar in (spark / "jars").glob("*.jar"))
     # the cached jars lead the driver's class path (tidemark.sparkenv.jar_conf)
-    parts += sorted(f"cache/{jar.name}:{jar.stat().st_size}" for jar in jars_dir().glob("*.jar"))
+    parts += sorted(f"cache/{_jar(jar)}" for jar in jars_dir().glob("*.jar"))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _jar(jar: Path) -> str:
+    """A class path jar as the JVM checks it against an archive: its size and its modification
+    time. A reinstalled pyspark has jars of the same sizes and new times; the JVM then ignores
+    the archive (silently: :data:`QUIET`), so the key must change with them and set-up trains a
+    new one."""
+    stat = jar.stat()
+    return f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def archive_path() -> Path | None:
