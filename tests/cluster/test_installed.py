@@ -100,13 +100,17 @@ def _run(args: list[str], work: Path, timeout: float = 900, **env: str) -> str:
 
 
 def _reconciled(python: str, work: Path, config: Path) -> dict[str, list]:
+    # The probe ends as the tidemark command does (tidemark.cli.exit_now): delta-rs's and Arrow's
+    # native thread pools can abort the interpreter's own teardown after the work is done (exit
+    # -6, "terminate called without an active exception"; seen once here, after the probe had
+    # printed the right rows).
     code = (
         "import json,sys; from tidemark.config import load_config;"
-        "from tidemark import tables as T, schemas as S;"
+        "from tidemark import tables as T, schemas as S; from tidemark.cli import exit_now;"
         "f=T.read_local(load_config(sys.argv[1]).table_path(S.RECONCILIATION));"
         "f=f.assign(ms=T.epoch_ms(f['window_start'])).sort_values('ms');"
         "print(json.dumps({'ms': f['ms'].astype(int).tolist(),"
-        "'batch': f['batch_events'].astype(int).tolist()}))"
+        "'batch': f['batch_events'].astype(int).tolist()})); exit_now(0)"
     )
     return json.loads(_run([python, "-c", code, str(config)], work).strip().splitlines()[-1])
 
