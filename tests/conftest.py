@@ -16,8 +16,9 @@ SERIAL_GC = "-XX:+UseSerialGC"
 def pytest_configure(config):
     # The JVMs the tests start as jobs (subprocesses, spark-submit) are short-lived: C1 only starts
     # one ~25% faster (the demo test: 36-38 s -> 27-28 s; a storage-fault test with three job
-    # runs 79 s -> 67 s). The session fixture's JVM lives for the whole run and keeps C2 (C1 made
-    # the dedup tests run in it 100 s -> 102 s). The benchmarks keep C2.
+    # runs 79 s -> 67 s). The session fixture's JVM lives for the whole run and keeps C2: C1 there
+    # made the modules that query in it slower over a whole run (test_dedup 95 -> 166 s) and the
+    # run no faster (pytest 2,062 -> 2,126 s). The benchmarks keep C2.
     # The serial collector: two xdist workers share 2 cores, and G1's concurrent threads cost
     # more than they save on these heaps (a 2,000-host demo, 5 paired runs: CPU-seconds
     # 0.79-0.95x, median 0.89x, of G1's; wall 0.81-0.99x).
