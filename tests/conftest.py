@@ -85,6 +85,7 @@ def pytest_sessionfinish(session):
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One small, fast local Spark for the whole run (UI off, 2 shuffle partitions)."""
+    from tidemark.jvmarchive import driver_options
     from tidemark.sparkenv import JVM_OPTIONS, build_session
 
     os.environ.setdefault("TIDEMARK_SPARK_LOG_LEVEL", "ERROR")
@@ -97,8 +98,9 @@ def spark(tmp_path_factory):
             "spark.sql.warehouse.dir": str(warehouse),
             "spark.driver.memory": "2g",
             # long-lived: C2 as in production, without the jobs' TIDEMARK_JVM_OPTIONS; the
-            # serial collector as theirs
-            "spark.driver.extraJavaOptions": f"{JVM_OPTIONS} {SERIAL_GC}",
+            # serial collector as theirs; the class archive set-up trained, as a job's driver
+            # gets it (tidemark.sparkenv.jvm_conf)
+            "spark.driver.extraJavaOptions": f"{JVM_OPTIONS} {SERIAL_GC} {driver_options()}".strip(),
             "spark.executor.extraJavaOptions": f"{JVM_OPTIONS} {SERIAL_GC}",
         },
     )

@@ -31,11 +31,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from tidemark import checkpoint as C
 from tidemark import schemas as S
 from tidemark import tables as T
-from tidemark.aggregate import aggregate_windows
-from tidemark.batch_outputs import BatchOutputs
+from tidemark.aggregate import aggregate_windows, aggregate_windows_arrow
+from tidemark.batch_outputs import BatchOutputs, driver_events
 from tidemark.batch_steps import (
     Advance,
     BatchInput,
@@ -195,7 +197,7 @@ class BatchProcessor:
             propagated=self.config.source.kind == "delta",
         )
         phases.lap("host_progress")
-        good = inp.rows.where(is_event_col())
+        good = driver_events(inp.rows.where(is_event_col()), counts.events)
         closing = self._close_windows(good, counts, state, advance.watermark)
         phases.lap("aggregate_windows")
         self.outputs.write_outputs(
@@ -217,12 +219,14 @@ class BatchProcessor:
         return count_per_host(scanned, inp.removed, inp.batch_ts_ms)
 
     def _close_windows(
-        self, good: DataFrame, counts: Counts, state: PipelineState, watermark: int | None
+        self, good: DataFrame | pa.Table, counts: Counts, state: PipelineState, watermark: int | None
     ) -> Closing:
         """Step 3 (:func:`tidemark.batch_steps.close_windows`) over the batch's partial sums per
-        window and key, aggregated by Spark."""
+        window and key: aggregated by Spark, or on the driver when the events are there."""
         partials = None
-        if counts.events:
+        if isinstance(good, pa.Table):
+            partials = aggregate_windows_arrow(good, self.config.window)
+        elif counts.events:
             partials = T.to_pandas(aggregate_windows(good, self.config.window)).astype(
                 {"window_start_ms": "int64", "events": "int64"}
             )

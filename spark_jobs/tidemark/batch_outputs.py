@@ -41,16 +41,39 @@ from tidemark.progress import Advanced, HostProgress
 from tidemark.records import EVENT_FIELDS, is_quarantined_col
 from tidemark.revisions import Folded
 from tidemark.timeutil import format_instant_ms, humanize_ms, now_ms
-from tidemark.windows import TumblingWindows
+from tidemark.windows import TumblingWindows, start_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["COLLECT_MAX_ROWS", "BatchOutputs", "StoredState", "closed_windows_table", "collect"]
+__all__ = [
+    "COLLECT_MAX_ROWS",
+    "BatchOutputs",
+    "StoredState",
+    "closed_windows_table",
+    "collect",
+    "collect_events",
+    "driver_events",
+]
 
 # Up to this many events, quarantined or late rows of a batch are written by delta-rs from the
 # driver: a small Spark Delta commit costs ten times delta-rs's (docs/benchmarks.md).
 COLLECT_MAX_ROWS = 10_000
+# What a small batch's events are collected with (:func:`collect_events`), and the columns
+# ``events`` and ``late_events`` derive from them (:meth:`BatchOutputs._event_rows`, in order).
+EVENT_INPUT = (*EVENT_FIELDS, "ingest_ts", "source", "arrival_ms")
+EVENT_DERIVED = (
+    "window_start",
+    "is_late",
+    "batch_id",
+    "ingest_ts",
+    "source",
+    "low_watermark",
+    "arrival_ms",
+    "window_end",
+    "watermark_at_arrival",
+    "folded",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +110,7 @@ class BatchOutputs:
     def write_outputs(
         self,
         inp: BatchInput,
-        good: DataFrame,
+        good: DataFrame | pa.Table,
         counts: Counts,
         closing: Closing,
         previous: int | None,
@@ -147,7 +170,7 @@ class BatchOutputs:
 
     def write_events(
         self,
-        good: DataFrame,
+        good: DataFrame | pa.Table,
         n_events: int,
         batch_id: int,
         prev_wm: int | None,
@@ -156,13 +179,13 @@ class BatchOutputs:
         user_metadata: str | None = None,
     ) -> None:
         """Write the batch's ``n_events`` events, and the late ones (``late_count`` of them) again
-        to ``late_events``. A small batch is collected once and both tables are cut from it.
+        to ``late_events``. A small batch comes collected (``good`` as Arrow, :data:`EVENT_INPUT`:
+        :func:`collect_events`) and both tables are cut from it on the driver.
         ``user_metadata``: the commits' ``userMetadata``."""
-        rows = self._event_rows(good, batch_id, prev_wm, low_watermark)
         has_late = prev_wm is not None and late_count > 0
         meta = user_metadata
-        if n_events <= COLLECT_MAX_ROWS:
-            local = collect(rows)
+        if isinstance(good, pa.Table):
+            local = self.event_rows_arrow(good, batch_id, prev_wm, low_watermark)
             # merge_schema: an events table from before ``arrival_ms`` gains it
             events = local.select(S.EVENT_COLUMNS)
             self.writer.write_local(events, S.EVENTS, batch_id, merge_schema=True, user_metadata=meta)
@@ -171,6 +194,7 @@ class BatchOutputs:
                 # merge_schema: a late_events table from before revisions gains ``folded``
                 self.writer.write_local(late, S.LATE_EVENTS, batch_id, merge_schema=True, user_metadata=meta)
             return
+        rows = self._event_rows(good, batch_id, prev_wm, low_watermark)
         self.writer.write(
             rows.select(*S.EVENT_COLUMNS),
             S.EVENTS,
@@ -207,6 +231,33 @@ class BatchOutputs:
             F.timestamp_millis(F.lit(prev_wm).cast("long")).alias("watermark_at_arrival"),
             # A late record of a window not final before the batch revises it (tidemark.revisions).
             (~self.windows.is_final(start_ms, prev_wm)).alias("folded"),
+        )
+
+    def event_rows_arrow(
+        self, good: pa.Table, batch_id: int, prev_wm: int | None, low_watermark: int | None
+    ) -> pa.Table:
+        """:meth:`_event_rows` on the driver, over the batch's events collected as
+        :data:`EVENT_INPUT`: the same columns, types and values as that frame collected
+        (:func:`collect`)."""
+        n = good.num_rows
+        size = self.config.window
+        starts = start_of(good["event_time"].to_numpy(zero_copy_only=False).astype("int64"), size)
+        return pa.Table.from_arrays(
+            [
+                *(good[name] for name in EVENT_FIELDS),
+                _micros(starts),
+                pa.array(self.windows.is_closed(starts, prev_wm), pa.bool_()),
+                # the type of Spark's ``F.lit(batch_id)``: int unless the id needs a long
+                pa.array(np.full(n, batch_id, dtype="int32" if batch_id < 2**31 else "int64")),
+                good["ingest_ts"],
+                good["source"],
+                _micros(low_watermark, n),
+                good["arrival_ms"],
+                _micros(starts + size),
+                _micros(prev_wm, n),
+                pa.array(~self.windows.is_final(starts, prev_wm), pa.bool_()),
+            ],
+            names=[*EVENT_FIELDS, *EVENT_DERIVED],
         )
 
     def write_stall(self, batch_id: int, stall: EndedStall) -> None:
@@ -338,6 +389,30 @@ class BatchOutputs:
             self.echo(f"[{self.config.pipeline}] completeness properties not raised (next batch): {first}")
             return
         self.claimed = None if now is None else now.watermark_ms
+
+
+def _micros(ms, n: int | None = None) -> pa.Array:
+    """Epoch milliseconds (an array, or one value or None repeated ``n`` times) as Spark's
+    timestamps come to the driver: UTC microseconds."""
+    if n is not None:
+        if ms is None:
+            return pa.nulls(n, S.TS_US)
+        ms = np.full(n, ms, dtype="int64")
+    return pa.array(np.asarray(ms, dtype="int64") * 1000, pa.int64()).cast(S.TS_US)
+
+
+def driver_events(good: DataFrame, n_events: int) -> DataFrame | pa.Table:
+    """A batch's ``n_events`` events where its window sums and its writes take them from: few
+    (up to :data:`COLLECT_MAX_ROWS`) collected to the driver (:func:`collect_events`), many left
+    in Spark."""
+    return collect_events(good) if 0 < n_events <= COLLECT_MAX_ROWS else good
+
+
+def collect_events(good: DataFrame) -> pa.Table:
+    """A small batch's events on the driver (:data:`EVENT_INPUT`: one Spark job), from which its
+    window sums (:func:`tidemark.aggregate.aggregate_windows_arrow`) and its ``events`` and
+    ``late_events`` rows (:meth:`BatchOutputs.event_rows_arrow`) are cut."""
+    return collect(good.select(*EVENT_INPUT))
 
 
 def collect(frame: DataFrame) -> pa.Table:
