@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from tidemark import batch_outputs
 from tidemark import checkpoint as C
 from tidemark import schemas as S
 from tidemark import tables as T
@@ -67,6 +68,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BatchProcessor"]
+
+# A batch read from at most this many bytes of files on this machine is collected whole by its
+# first Spark job, and cut on the driver (tidemark.dedup: DedupResult.local): one Spark job for a
+# small batch instead of four.
+WHOLE_MAX_BYTES = 4 << 20
 
 # Batch summaries a processor keeps in memory (the benchmarks and the demo read them).
 SUMMARIES_KEPT = 10_000
@@ -126,13 +132,17 @@ class BatchProcessor:
         )
         cached = [batch.persist()]
         try:
-            rows, counted, removed, dedup = self._deduplicate(cached, batch_id, state, batch_ts, phases)
+            small = source is not None and (source.local_bytes() or WHOLE_MAX_BYTES + 1) <= WHOLE_MAX_BYTES
+            rows, counted, removed, dedup = self._deduplicate(
+                cached, batch_id, state, batch_ts, phases, small
+            )
             inp = BatchInput(
                 batch_id=batch_id,
                 rows=rows,
                 counted=counted,
                 removed=removed,
                 scanned=dedup.scanned if dedup else None,
+                local=dedup.local if dedup else None,
                 batch_ts_ms=batch_ts,
                 source_progress=source.progress if source else None,
                 out_of_order=dedup.out_of_order if dedup else None,
@@ -155,10 +165,17 @@ class BatchProcessor:
             self.between_batches(now_ms())
 
     def _deduplicate(
-        self, cached: list[DataFrame], batch_id: int, state: PipelineState, batch_ts: int, phases: Phases
+        self,
+        cached: list[DataFrame],
+        batch_id: int,
+        state: PipelineState,
+        batch_ts: int,
+        phases: Phases,
+        small: bool,
     ) -> tuple[DataFrame, DataFrame, pd.DataFrame, DedupResult | None]:
         """(rows, where to count them, removed copies, dedup result): the batch's rows with
-        ``ingest_ts``, less publisher retries (exactly_once)."""
+        ``ingest_ts``, less publisher retries (exactly_once). A ``small`` batch's input (at most
+        :data:`WHOLE_MAX_BYTES` of files on this machine) is collected whole by the hash pass."""
         from pyspark.sql import functions as F
 
         rows = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
@@ -174,6 +191,8 @@ class BatchProcessor:
             events_path=self.writer.path(S.EVENTS),
             columns=count_columns(),
             lap=phases.lap,
+            whole=small,
+            whole_max_rows=batch_outputs.COLLECT_MAX_ROWS,
         )
         cached.extend(dedup.cached)
         if dedup.removed is None:  # resolved by Spark: count the deduplicated rows
@@ -197,7 +216,7 @@ class BatchProcessor:
             propagated=self.config.source.kind == "delta",
         )
         phases.lap("host_progress")
-        good = driver_events(inp.rows.where(is_event_col()), counts.events)
+        good = driver_events(inp.rows.where(is_event_col()), counts.events, inp.local)
         closing = self._close_windows(good, counts, state, advance.watermark)
         phases.lap("aggregate_windows")
         self.outputs.write_outputs(

@@ -35,6 +35,7 @@ from tidemark.batch_steps import (
     Phases,
 )
 from tidemark.config import PipelineConfig
+from tidemark.dedup import LOCAL_FLAGS
 from tidemark.identity import RunIdentity
 from tidemark.pipeline_state import PipelineState
 from tidemark.progress import Advanced, HostProgress
@@ -124,7 +125,17 @@ class BatchOutputs:
 
         claim = completeness.Completeness.of(inp.batch_id, watermark, self.windows).user_metadata()
 
-        if counts.quarantined:
+        if counts.quarantined and inp.local is not None:  # cut on the driver, as Spark would
+            bad = inp.local.filter(inp.local[LOCAL_FLAGS["quarantined"]])
+            n = bad.num_rows
+            batch_ids = np.full(n, inp.batch_id, dtype="int32" if inp.batch_id < 2**31 else "int64")
+            quarantine = bad.select(["raw", "reason", "source"]).append_column(
+                "batch_id", pa.array(batch_ids)
+            )
+            quarantine = _nullable(quarantine.append_column("ingest_ts", bad["ingest_ts"]))
+            self.writer.write_local(quarantine, S.QUARANTINE, inp.batch_id)
+            phases.lap("write_quarantine")
+        elif counts.quarantined:
             quarantine = inp.counted.where(is_quarantined_col()).select(
                 "raw", "reason", "source", F.lit(inp.batch_id).alias("batch_id"), "ingest_ts"
             )
@@ -401,11 +412,18 @@ def _micros(ms, n: int | None = None) -> pa.Array:
     return pa.array(np.asarray(ms, dtype="int64") * 1000, pa.int64()).cast(S.TS_US)
 
 
-def driver_events(good: DataFrame, n_events: int) -> DataFrame | pa.Table:
+def driver_events(good: DataFrame, n_events: int, local: pa.Table | None = None) -> DataFrame | pa.Table:
     """A batch's ``n_events`` events where its window sums and its writes take them from: few
-    (up to :data:`COLLECT_MAX_ROWS`) collected to the driver (:func:`collect_events`), many left
-    in Spark."""
+    (up to :data:`COLLECT_MAX_ROWS`) on the driver, cut from the batch's rows there (``local``,
+    :attr:`tidemark.dedup.DedupResult.local`) or collected (:func:`collect_events`); many left in
+    Spark."""
+    if local is not None and n_events:
+        return _nullable(local.filter(local[LOCAL_FLAGS["events"]]).select(list(EVENT_INPUT)))
     return collect_events(good) if 0 < n_events <= COLLECT_MAX_ROWS else good
+
+
+def _nullable(table: pa.Table) -> pa.Table:
+    return table.cast(pa.schema([f.with_nullable(True) for f in table.schema]))
 
 
 def collect_events(good: DataFrame) -> pa.Table:

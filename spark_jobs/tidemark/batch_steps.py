@@ -64,13 +64,15 @@ __all__ = [
 COUNTED = ("events", "heartbeats", "quarantined")
 
 
-# The phases of a batch, in the order it runs them (a batch has those of its route: dedup_spark
-# or dedup_suspects .. dedup_back, write_* only for what it writes). Stable: the benchmarks and
+# The phases of a batch, in the order it runs them (a batch has those of its route: dedup_spark,
+# dedup_whole (a small batch cut on the driver) or dedup_suspects .. dedup_back, write_* only for
+# what it writes). Stable: the benchmarks and
 # the metrics (tidemark.metrics, label ``phase``) name them.
 PHASES = (
     "load_state",
     "dedup_hashes",
     "dedup_spark",
+    "dedup_whole",
     "dedup_suspects",
     "dedup_lookup",
     "dedup_back",
@@ -175,6 +177,9 @@ class BatchInput:
     source_progress: str | None
     # per host, the records kept although behind its progress (tidemark.dedup); None: not counted
     out_of_order: pd.DataFrame | None = None
+    # a small batch's unique rows on the driver (tidemark.dedup.DedupResult.local): when set, the
+    # events and the bad lines are cut from it, not from ``rows`` and ``counted``
+    local: pa.Table | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

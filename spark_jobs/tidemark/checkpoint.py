@@ -16,9 +16,11 @@ batches read are dropped before parsing.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from tidemark import schemas as S
 from tidemark import tables as T
@@ -41,6 +43,22 @@ class BatchSource:
     batch_ts_ms: int  # Spark's batch timestamp (the value of current_timestamp() in the batch)
     # JSON for the commit marker: {"kafka": {topic: {partition: end}}} or {"files": [...]}
     progress: str | None
+
+    def local_bytes(self) -> int | None:
+        """The size of the batch's input files when each is a file on this machine (one stat
+        each); None for any other input (Kafka, object storage, a file gone)."""
+        files = json.loads(self.progress).get("files") if self.progress else None
+        if files is None:
+            return None
+        total = 0
+        for name in files:
+            if not name.startswith("file:"):
+                return None
+            try:
+                total += os.stat(unquote(re.sub(r"^file:/*", "/", name))).st_size
+            except OSError:
+                return None
+        return total
 
 
 def _log_lines(path: Location) -> list[str]:

@@ -96,6 +96,14 @@ class DedupResult:
     # (collected by the hash pass); None when Spark resolved the suspects (no ``removed`` to
     # correct them by: read ``rows`` instead).
     scanned: pa.Table | None = None
+    # A small batch asked for whole (``whole``): its rows without the retries, on the driver,
+    # every column of the batch and the count columns' ``events``/``quarantined`` flags as
+    # :data:`LOCAL_FLAGS`. Then ``rows`` is the batch as it came, and nothing reads it.
+    local: pa.Table | None = None
+
+
+# The flags a whole batch's rows carry on the driver (DedupResult.local): an event, a bad line.
+LOCAL_FLAGS = {"events": "_is_event", "quarantined": "_is_quarantined"}
 
 
 def deduplicate(
@@ -109,13 +117,20 @@ def deduplicate(
     events_path: str,
     columns: Sequence[Column] = (),
     lap=lambda name: None,
+    whole: bool = False,
+    whole_max_rows: int = 0,
 ) -> DedupResult:
     """``batch`` (cached, with ``ingest_ts``) without the publisher retries it holds.
 
     ``progress`` is the host progress the previous batch committed. The batch's :data:`HASH`
     column holds each event's key hash (NULL for a heartbeat or bad line: those are never
     retries). ``columns`` (named expressions over the batch) are collected per row by the same
-    Spark job as the hashes and returned as :attr:`DedupResult.scanned`."""
+    Spark job as the hashes and returned as :attr:`DedupResult.scanned`.
+
+    ``whole`` (a batch known to be small): that job collects every column of the batch, and when
+    it holds at most ``whole_max_rows`` rows, the suspects are cut from it and resolved on the
+    driver, and the rows without retries come back as :attr:`DedupResult.local`: the batch's one
+    Spark job. Over ``whole_max_rows``, the rest goes on as for any batch."""
     from pyspark.sql import functions as F
 
     # A candidate's event time is at most its host's progress, so at most the highest progress:
@@ -125,13 +140,22 @@ def deduplicate(
     ceiling = progress.max_ms()
     below = _at_or_below(ceiling) if ceiling is not None else F.lit(False)
     # 1. Suspect hashes: repeated in the batch, or held by a row at or below the ceiling.
-    found = batch.select(HASH, below.alias("_below"), *columns).toArrow()
+    if whole:
+        order = retries.read_order(batch)[1:3]  # _src, _offset
+        found = batch.select("*", *order, below.alias("_below"), F.struct(*columns).alias("_scan")).toArrow()
+        scanned = pa.Table.from_struct_array(found["_scan"])
+    else:
+        found = batch.select(HASH, below.alias("_below"), *columns).toArrow()
+        scanned = found.drop_columns([HASH, "_below"])
     hashed = pc.is_valid(found[HASH])
     suspect_hashes, n_suspects = suspects_of(
         found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
     )
-    scanned = found.drop_columns([HASH, "_below"])
     lap("dedup_hashes")
+    if whole and found.num_rows <= whole_max_rows and n_suspects <= DRIVER_MAX_ROWS:
+        return _resolve_whole(
+            found, scanned, batch, suspect_hashes, progress, _Catalog(events_path, batch_id, horizon_ms), lap
+        )
     if n_suspects == 0:
         # A record behind its host's progress is at or below the ceiling: a suspect. None here.
         return DedupResult(batch, 0, 0, removed=NO_REMOVED, out_of_order=NO_OUT_OF_ORDER, scanned=scanned)
@@ -179,6 +203,43 @@ def _resolve_on_the_driver(
     result = clean if back is None else clean.unionByName(back)
     return DedupResult(
         result, looked_up, len(removed), removed=removed, out_of_order=out_of_order, scanned=scanned
+    )
+
+
+def _resolve_whole(
+    found: pa.Table,
+    scanned: pa.Table,
+    batch: DataFrame,
+    suspect_hashes: np.ndarray,
+    progress: HostProgress,
+    catalog: _Catalog,
+    lap,
+) -> DedupResult:
+    """A whole small batch on the driver (``found``: its columns, read order, ``_below``,
+    ``_scan``): the suspects are cut from it and resolved as :func:`_resolve_on_the_driver`
+    resolves them, and the rows kept are :attr:`DedupResult.local`."""
+    flags = [scanned[name].fill_null(False) for name in LOCAL_FLAGS]
+    rows = found.drop_columns(["_below", "_scan"])
+    for name, flag in zip(LOCAL_FLAGS.values(), flags, strict=True):
+        rows = rows.append_column(name, flag)
+    is_suspect = pc.fill_null(pc.is_in(rows[HASH], value_set=pa.array(suspect_hashes, pa.int64())), False)
+    suspects = rows.filter(is_suspect)
+    keep = np.ones(rows.num_rows, dtype=bool)
+    looked_up, removed, out_of_order = 0, NO_REMOVED, NO_OUT_OF_ORDER
+    if suspects.num_rows:
+        kept, looked_up, out_of_order = _resolve_on_driver(suspects, progress, catalog)
+        keep[np.flatnonzero(is_suspect.to_numpy(zero_copy_only=False))] = kept
+        removed = suspects.filter(pa.array(~kept)).select(["host", "event_time"]).to_pandas()
+    local = rows.filter(pa.array(keep)).drop_columns(["_src", "_offset"])
+    lap("dedup_whole")
+    return DedupResult(
+        batch,
+        looked_up,
+        len(removed),
+        removed=removed,
+        out_of_order=out_of_order,
+        scanned=scanned,
+        local=local,
     )
 
 

@@ -239,6 +239,34 @@ def test_the_spark_resolved_path_keeps_the_same_records(spark, tmp_path, resolut
     assert_every_window_explained(spark, config, t0, t0 + 6 * MINUTE)
 
 
+def test_a_small_batch_cut_on_the_driver_writes_what_the_spark_path_writes(spark, tmp_path, monkeypatch):
+    """A small batch of files is collected whole by its first Spark job and cut on the driver
+    (tidemark.dedup: DedupResult.local); with that off, the same batches take the Spark path.
+    Both write the same rows, with the same column types, in every table."""
+    from tidemark import batch
+
+    t0 = start_ms()
+    landing = tmp_path / "in"
+    land(landing, cut_input(t0))
+    runs = {}
+    for route, limit in (("whole", batch.WHOLE_MAX_BYTES), ("spark", 0)):
+        monkeypatch.setattr(batch, "WHOLE_MAX_BYTES", limit)
+        config, batches = stream_with(spark, tmp_path, landing, f"route-{route}", 2, dedup_horizon="150s")
+        routes = {"dedup_whole" in s.phases for s in batches}
+        assert routes == {route == "whole"}, (route, [s.phases for s in batches])
+        types = {
+            name: dict(T.read_local(config.table_path(name)).dtypes.astype(str))
+            for name in ("events", "windows", "quarantine", "watermarks")
+        }
+        runs[route] = (contents(config), types)
+        assert_every_window_explained(spark, config, t0, t0 + 6 * MINUTE)
+    assert_same(runs["whole"][0], runs["spark"][0])
+    assert runs["whole"][1] == runs["spark"][1]
+    ids = Counter(e.event_id for e in runs["whole"][0]["events"])
+    assert (ids["dup-in"], ids["dup-x"], ids["reuse-in"], ids["reuse-x"], ids["dup-far"]) == (1, 1, 2, 2, 2)
+    assert runs["whole"][0]["quarantine"].total() == 2
+
+
 def kafka_input(t0: int) -> list[tuple[str, int]]:
     """The cut input as Kafka records ``(line, timestamp)``, each host in one partition. A
     partition is read as far as the trigger allows whatever the others hold, so the copies of
