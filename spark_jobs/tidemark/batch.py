@@ -71,8 +71,10 @@ __all__ = ["BatchProcessor"]
 
 # A batch read from at most this many bytes of files on this machine is collected whole by its
 # first Spark job, and cut on the driver (tidemark.dedup: DedupResult.local): one Spark job for a
-# small batch instead of four.
-WHOLE_MAX_BYTES = 4 << 20
+# small batch instead of four. 1 MiB is ~7,000 lines of 150 bytes, under the rows the route takes
+# (batch_outputs.COLLECT_MAX_ROWS); a batch of more rows goes on by Spark's route, having paid
+# for the wider collect.
+WHOLE_MAX_BYTES = 1 << 20
 
 # Batch summaries a processor keeps in memory (the benchmarks and the demo read them).
 SUMMARIES_KEPT = 10_000
