@@ -55,7 +55,7 @@ from tidemark.batch_steps import (
     track_stalls,
 )
 from tidemark.config import PipelineConfig
-from tidemark.dedup import NO_REMOVED, DedupResult, deduplicate
+from tidemark.dedup import NO_REMOVED, DedupResult, deduplicate, whole_input
 from tidemark.hosts import ExpectedHosts
 from tidemark.identity import RunIdentity
 from tidemark.pipeline_state import PipelineState, StateCache
@@ -68,13 +68,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BatchProcessor"]
-
-# A batch read from at most this many bytes of files on this machine is collected whole by its
-# first Spark job, and cut on the driver (tidemark.dedup: DedupResult.local): one Spark job for a
-# small batch instead of four. 1 MiB is ~7,000 lines of 150 bytes, under the rows the route takes
-# (batch_outputs.COLLECT_MAX_ROWS); a batch of more rows goes on by Spark's route, having paid
-# for the wider collect.
-WHOLE_MAX_BYTES = 1 << 20
 
 # Batch summaries a processor keeps in memory (the benchmarks and the demo read them).
 SUMMARIES_KEPT = 10_000
@@ -134,7 +127,7 @@ class BatchProcessor:
         )
         cached = [batch.persist()]
         try:
-            small = source is not None and (source.local_bytes() or WHOLE_MAX_BYTES + 1) <= WHOLE_MAX_BYTES
+            small = whole_input(source.local_bytes() if source is not None else None)
             rows, counted, removed, dedup = self._deduplicate(
                 cached, batch_id, state, batch_ts, phases, small
             )
@@ -176,8 +169,8 @@ class BatchProcessor:
         small: bool,
     ) -> tuple[DataFrame, DataFrame, pd.DataFrame, DedupResult | None]:
         """(rows, where to count them, removed copies, dedup result): the batch's rows with
-        ``ingest_ts``, less publisher retries (exactly_once). A ``small`` batch's input (at most
-        :data:`WHOLE_MAX_BYTES` of files on this machine) is collected whole by the hash pass."""
+        ``ingest_ts``, less publisher retries (exactly_once). A ``small`` batch
+        (:func:`tidemark.dedup.whole_input`) is collected whole by the hash pass."""
         from pyspark.sql import functions as F
 
         rows = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))

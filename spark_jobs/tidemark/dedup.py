@@ -72,6 +72,12 @@ NO_OUT_OF_ORDER = pd.DataFrame(
 HASH = "_id_hash"
 # Up to this many suspect rows in a batch are resolved on the driver; more by Spark.
 DRIVER_MAX_ROWS = 200_000
+# A batch read from at most this many bytes of files on this machine is collected whole by its
+# first Spark job, and cut on the driver (DedupResult.local): one Spark job for a small batch
+# instead of four. 1 MiB is ~7,000 lines of 150 bytes, under the rows the route takes
+# (``whole_max_rows``); a batch of more rows goes on by Spark's route, having paid for the wider
+# collect.
+WHOLE_MAX_BYTES = 1 << 20
 # Candidates' event times closer than this share one lookup range; ranges farther apart are
 # looked up each alone, so a retry from hours ago costs the catalog files of its own time, not
 # every file stored since. At most MAX_LOOKUP_RANGES ranges (the widest gaps stay breaks).
@@ -125,37 +131,26 @@ def deduplicate(
     ``progress`` is the host progress the previous batch committed. The batch's :data:`HASH`
     column holds each event's key hash (NULL for a heartbeat or bad line: those are never
     retries). ``columns`` (named expressions over the batch) are collected per row by the same
-    Spark job as the hashes and returned as :attr:`DedupResult.scanned`.
-
-    ``whole`` (a batch known to be small): that job collects every column of the batch, and when
-    it holds at most ``whole_max_rows`` rows, the suspects are cut from it and resolved on the
-    driver, and the rows without retries come back as :attr:`DedupResult.local`: the batch's one
-    Spark job. Over ``whole_max_rows``, the rest goes on as for any batch."""
+    Spark job as the hashes and returned as :attr:`DedupResult.scanned`. ``whole`` (a small
+    batch): that job collects the whole batch, and up to ``whole_max_rows`` rows it is resolved
+    on the driver (:func:`_resolve_whole`); over them, as any batch."""
     from pyspark.sql import functions as F
 
     # A candidate's event time is at most its host's progress, so at most the highest progress:
     # one comparison with a constant finds a superset of the candidates without joining the
-    # hosts (docs/benchmarks.md); the driver then tests each suspect against its
-    # own host's progress.
+    # hosts (docs/benchmarks.md); the driver then tests each suspect against its host's.
     ceiling = progress.max_ms()
     below = _at_or_below(ceiling) if ceiling is not None else F.lit(False)
     # 1. Suspect hashes: repeated in the batch, or held by a row at or below the ceiling.
-    if whole:
-        order = retries.read_order(batch)[1:3]  # _src, _offset
-        found = batch.select("*", *order, below.alias("_below"), F.struct(*columns).alias("_scan")).toArrow()
-        scanned = pa.Table.from_struct_array(found["_scan"])
-    else:
-        found = batch.select(HASH, below.alias("_below"), *columns).toArrow()
-        scanned = found.drop_columns([HASH, "_below"])
+    found, scanned = _hash_pass(batch, below, columns, whole)
     hashed = pc.is_valid(found[HASH])
     suspect_hashes, n_suspects = suspects_of(
         found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
     )
     lap("dedup_hashes")
     if whole and found.num_rows <= whole_max_rows and n_suspects <= DRIVER_MAX_ROWS:
-        return _resolve_whole(
-            found, scanned, batch, suspect_hashes, progress, _Catalog(events_path, batch_id, horizon_ms), lap
-        )
+        catalog = _Catalog(events_path, batch_id, horizon_ms)
+        return _resolve_whole(found, scanned, batch, suspect_hashes, progress, catalog, lap)
     if n_suspects == 0:
         # A record behind its host's progress is at or below the ceiling: a suspect. None here.
         return DedupResult(batch, 0, 0, removed=NO_REMOVED, out_of_order=NO_OUT_OF_ORDER, scanned=scanned)
@@ -206,6 +201,27 @@ def _resolve_on_the_driver(
     )
 
 
+def whole_input(local_bytes: int | None) -> bool:
+    """Is a batch read from ``local_bytes`` of files on this machine (None: any other input) small
+    enough to collect whole (:data:`WHOLE_MAX_BYTES`)?"""
+    return local_bytes is not None and local_bytes <= WHOLE_MAX_BYTES
+
+
+def _hash_pass(
+    batch: DataFrame, below: Column, columns: Sequence[Column], whole: bool
+) -> tuple[pa.Table, pa.Table]:
+    """The batch's first Spark job: per row its :data:`HASH`, ``_below`` and ``columns``, and
+    when ``whole`` every column of the batch and its read order too; (that, the ``columns``)."""
+    from pyspark.sql import functions as F
+
+    if not whole:
+        found = batch.select(HASH, below.alias("_below"), *columns).toArrow()
+        return found, found.drop_columns([HASH, "_below"])
+    order = retries.read_order(batch)[1:3]  # _src, _offset
+    found = batch.select("*", *order, below.alias("_below"), F.struct(*columns).alias("_scan")).toArrow()
+    return found, pa.Table.from_struct_array(found["_scan"])
+
+
 def _resolve_whole(
     found: pa.Table,
     scanned: pa.Table,
@@ -217,7 +233,7 @@ def _resolve_whole(
 ) -> DedupResult:
     """A whole small batch on the driver (``found``: its columns, read order, ``_below``,
     ``_scan``): the suspects are cut from it and resolved as :func:`_resolve_on_the_driver`
-    resolves them, and the rows kept are :attr:`DedupResult.local`."""
+    resolves them, and the rows kept are :attr:`DedupResult.local`: the batch's one Spark job."""
     flags = [scanned[name].fill_null(False) for name in LOCAL_FLAGS]
     rows = found.drop_columns(["_below", "_scan"])
     for name, flag in zip(LOCAL_FLAGS.values(), flags, strict=True):

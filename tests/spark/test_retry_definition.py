@@ -243,14 +243,12 @@ def test_a_small_batch_cut_on_the_driver_writes_what_the_spark_path_writes(spark
     """A small batch of files is collected whole by its first Spark job and cut on the driver
     (tidemark.dedup: DedupResult.local); with that off, the same batches take the Spark path.
     Both write the same rows, with the same column types, in every table."""
-    from tidemark import batch
-
     t0 = start_ms()
     landing = tmp_path / "in"
     land(landing, cut_input(t0))
     runs = {}
-    for route, limit in (("whole", batch.WHOLE_MAX_BYTES), ("spark", 0)):
-        monkeypatch.setattr(batch, "WHOLE_MAX_BYTES", limit)
+    for route, limit in (("whole", dedup.WHOLE_MAX_BYTES), ("spark", 0)):
+        monkeypatch.setattr(dedup, "WHOLE_MAX_BYTES", limit)
         config, batches = stream_with(spark, tmp_path, landing, f"route-{route}", 2, dedup_horizon="150s")
         routes = {"dedup_whole" in s.phases for s in batches}
         assert routes == {route == "whole"}, (route, [s.phases for s in batches])
