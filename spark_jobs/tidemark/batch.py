@@ -127,7 +127,7 @@ class BatchProcessor:
         )
         cached = [batch.persist()]
         try:
-            small = whole_input(source.local_bytes() if source is not None else None)
+            small = source is not None and whole_input(source.local_bytes(), source.records)
             rows, counted, removed, dedup = self._deduplicate(
                 cached, batch_id, state, batch_ts, phases, small
             )

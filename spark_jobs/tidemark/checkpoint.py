@@ -43,6 +43,9 @@ class BatchSource:
     batch_ts_ms: int  # Spark's batch timestamp (the value of current_timestamp() in the batch)
     # JSON for the commit marker: {"kafka": {topic: {partition: end}}} or {"files": [...]}
     progress: str | None
+    # Kafka records in the batch, from the offsets before it and its own; None when not known
+    # (the first batch, a partition new in the batch, any other source)
+    records: int | None = None
 
     def local_bytes(self) -> int | None:
         """The size of the batch's input files when each is a file on this machine (one stat
@@ -90,6 +93,19 @@ def batch_timestamp_ms(config: PipelineConfig, batch_id: int) -> int:
     return _batch_ts(_log_lines(location(config.checkpoint) / "offsets" / str(batch_id))[0])
 
 
+def _records_between(start: dict, end: dict) -> int | None:
+    """Records between two Kafka offset maps ({topic: {partition: offset}}); None when a
+    partition of ``end`` has no start."""
+    total = 0
+    for topic, partitions in end.items():
+        for partition, offset in partitions.items():
+            begin = start.get(topic, {}).get(partition)
+            if begin is None:
+                return None
+            total += int(offset) - int(begin)
+    return total
+
+
 def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
     """Read Spark batch ``batch_id``'s timestamp and source range from the checkpoint.
 
@@ -101,7 +117,11 @@ def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
     batch_ts = _batch_ts(meta)
     kind = config.source.kind
     if kind == "kafka":
-        return BatchSource(batch_ts, json.dumps({"kafka": json.loads(sources[0])}, sort_keys=True))
+        end = json.loads(sources[0])
+        records = None
+        if batch_id > 0 and (offsets / str(batch_id - 1)).is_file():
+            records = _records_between(json.loads(_log_lines(offsets / str(batch_id - 1))[1]), end)
+        return BatchSource(batch_ts, json.dumps({"kafka": end}, sort_keys=True), records)
     if kind == "files":
         end = int(json.loads(sources[0])["logOffset"])
         start = -1

@@ -78,6 +78,8 @@ DRIVER_MAX_ROWS = 200_000
 # (``whole_max_rows``); a batch of more rows goes on by Spark's route, having paid for the wider
 # collect.
 WHOLE_MAX_BYTES = 1 << 20
+# The same for a batch of Kafka records, counted from its offsets.
+WHOLE_MAX_RECORDS = 7_000
 # Candidates' event times closer than this share one lookup range; ranges farther apart are
 # looked up each alone, so a retry from hours ago costs the catalog files of its own time, not
 # every file stored since. At most MAX_LOOKUP_RANGES ranges (the widest gaps stay breaks).
@@ -201,10 +203,13 @@ def _resolve_on_the_driver(
     )
 
 
-def whole_input(local_bytes: int | None) -> bool:
-    """Is a batch read from ``local_bytes`` of files on this machine (None: any other input) small
-    enough to collect whole (:data:`WHOLE_MAX_BYTES`)?"""
-    return local_bytes is not None and local_bytes <= WHOLE_MAX_BYTES
+def whole_input(local_bytes: int | None, records: int | None = None) -> bool:
+    """Is a batch read from ``local_bytes`` of files on this machine, or of ``records`` Kafka
+    records (None: not known), small enough to collect whole (:data:`WHOLE_MAX_BYTES`,
+    :data:`WHOLE_MAX_RECORDS`)?"""
+    if local_bytes is not None:
+        return local_bytes <= WHOLE_MAX_BYTES
+    return records is not None and records <= WHOLE_MAX_RECORDS
 
 
 def _hash_pass(
