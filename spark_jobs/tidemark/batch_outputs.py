@@ -63,18 +63,7 @@ COLLECT_MAX_ROWS = 10_000
 # What a small batch's events are collected with (:func:`collect_events`), and the columns
 # ``events`` and ``late_events`` derive from them (:meth:`BatchOutputs._event_rows`, in order).
 EVENT_INPUT = (*EVENT_FIELDS, "ingest_ts", "source", "arrival_ms")
-EVENT_DERIVED = (
-    "window_start",
-    "is_late",
-    "batch_id",
-    "ingest_ts",
-    "source",
-    "low_watermark",
-    "arrival_ms",
-    "window_end",
-    "watermark_at_arrival",
-    "folded",
-)
+EVENT_DERIVED = (*S.EVENT_COLUMNS[len(EVENT_FIELDS) :], "window_end", "watermark_at_arrival", "folded")
 
 
 @dataclass(frozen=True, kw_only=True)
