@@ -116,10 +116,8 @@ class BatchOutputs:
 
         if counts.quarantined and inp.local is not None:  # cut on the driver, as Spark would
             bad = inp.local.filter(inp.local[LOCAL_FLAGS["quarantined"]])
-            n = bad.num_rows
-            batch_ids = np.full(n, inp.batch_id, dtype="int32" if inp.batch_id < 2**31 else "int64")
             quarantine = bad.select(["raw", "reason", "source"]).append_column(
-                "batch_id", pa.array(batch_ids)
+                "batch_id", _batch_ids(inp.batch_id, bad.num_rows)
             )
             quarantine = _nullable(quarantine.append_column("ingest_ts", bad["ingest_ts"]))
             self.writer.write_local(quarantine, S.QUARANTINE, inp.batch_id)
@@ -247,8 +245,7 @@ class BatchOutputs:
                 *(good[name] for name in EVENT_FIELDS),
                 _micros(starts),
                 pa.array(self.windows.is_closed(starts, prev_wm), pa.bool_()),
-                # the type of Spark's ``F.lit(batch_id)``: int unless the id needs a long
-                pa.array(np.full(n, batch_id, dtype="int32" if batch_id < 2**31 else "int64")),
+                _batch_ids(batch_id, n),
                 good["ingest_ts"],
                 good["source"],
                 _micros(low_watermark, n),
@@ -389,6 +386,12 @@ class BatchOutputs:
             self.echo(f"[{self.config.pipeline}] completeness properties not raised (next batch): {first}")
             return
         self.claimed = None if now is None else now.watermark_ms
+
+
+def _batch_ids(batch_id: int, n: int) -> pa.Array:
+    """``batch_id`` ``n`` times, typed as Spark's ``F.lit(batch_id)`` comes to the driver: an int
+    unless the id needs a long."""
+    return pa.array(np.full(n, batch_id, dtype="int32" if batch_id < 2**31 else "int64"))
 
 
 def _micros(ms, n: int | None = None) -> pa.Array:
