@@ -116,19 +116,18 @@ def batch_source(config: PipelineConfig, batch_id: int) -> BatchSource:
     meta, *sources = _log_lines(offsets / str(batch_id))
     batch_ts = _batch_ts(meta)
     kind = config.source.kind
+    before = None  # the source's offset before the batch: the previous batch's end
+    if kind in RESETTABLE_SOURCES and batch_id > 0 and (offsets / str(batch_id - 1)).is_file():
+        before = json.loads(_log_lines(offsets / str(batch_id - 1))[1])
     if kind == "kafka":
         end = json.loads(sources[0])
-        records = None
-        if batch_id > 0 and (offsets / str(batch_id - 1)).is_file():
-            records = _records_between(json.loads(_log_lines(offsets / str(batch_id - 1))[1]), end)
+        records = None if before is None else _records_between(before, end)
         return BatchSource(batch_ts, json.dumps({"kafka": end}, sort_keys=True), records)
     if kind == "files":
-        end = int(json.loads(sources[0])["logOffset"])
-        start = -1
-        if batch_id > 0 and (offsets / str(batch_id - 1)).is_file():
-            start = int(json.loads(_log_lines(offsets / str(batch_id - 1))[1])["logOffset"])
+        last = int(json.loads(sources[0])["logOffset"])
+        start = -1 if before is None else int(before["logOffset"])
         log = location(config.checkpoint) / "sources" / "0"
-        files = [f for b in range(start + 1, end + 1) for f in _files_of_log_batch(log, b)]
+        files = [f for b in range(start + 1, last + 1) for f in _files_of_log_batch(log, b)]
         return BatchSource(batch_ts, json.dumps({"files": sorted(files)}))
     return BatchSource(batch_ts, None)
 
