@@ -67,3 +67,18 @@ def aggregate_windows_arrow(events: pa.Table, window_ms: int) -> pd.DataFrame:
     sums = sums.reset_index().astype({"window_start_ms": "int64", "events": "int64", "value_sum": "float64"})
     sums["key"] = sums["key"].astype(object).where(sums["key"].notna(), None)  # the group's NaN: None
     return sums
+
+
+def window_partials(events: DataFrame | pa.Table, window_ms: int, any_events: bool) -> pd.DataFrame | None:
+    """A batch's partial sums per window and key, as pandas: by the driver when its events are
+    there already (an Arrow table), else by Spark; None when the batch has no event."""
+    import pyarrow as pa
+
+    from tidemark.tables import to_pandas
+
+    if isinstance(events, pa.Table):
+        return aggregate_windows_arrow(events, window_ms)
+    if not any_events:
+        return None
+    sums = to_pandas(aggregate_windows(events, window_ms))
+    return sums.astype({"window_start_ms": "int64", "events": "int64"})

@@ -11,7 +11,8 @@ batch's rows and the state the previous batch committed
                                                                                          completeness
                                                                                          properties)
 
-This module runs them in that order and writes what they return (:mod:`tidemark.batch_outputs`).
+This module reads the batch's input (:mod:`tidemark.batch_input`: its rows less publisher
+retries), runs the steps in that order and writes what they return (:mod:`tidemark.batch_outputs`).
 Closing a window writes its revision 0; late records of a closed window that is not final yet
 (``window.allowed_lateness``) revise it, and the watermark passing end + allowed lateness writes
 its final revision (:mod:`tidemark.revisions`).
@@ -33,11 +34,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from tidemark import batch_outputs
-from tidemark import checkpoint as C
 from tidemark import schemas as S
 from tidemark import tables as T
-from tidemark.aggregate import aggregate_windows, aggregate_windows_arrow
+from tidemark.aggregate import window_partials
+from tidemark.batch_input import read_input, with_retry_figures
 from tidemark.batch_outputs import BatchOutputs, driver_events
 from tidemark.batch_steps import (
     Advance,
@@ -55,7 +55,6 @@ from tidemark.batch_steps import (
     track_stalls,
 )
 from tidemark.config import PipelineConfig
-from tidemark.dedup import NO_REMOVED, DedupResult, deduplicate, whole_input
 from tidemark.hosts import ExpectedHosts
 from tidemark.identity import RunIdentity
 from tidemark.pipeline_state import PipelineState, StateCache
@@ -64,7 +63,6 @@ from tidemark.timeutil import now_ms
 from tidemark.windows import TumblingWindows
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BatchProcessor"]
@@ -109,8 +107,6 @@ class BatchProcessor:
         phases = Phases()
         # Table batch ids continue across checkpoint resets (the run's batch_offset).
         batch_id = self.identity.batch_offset + spark_batch_id
-        resettable = self.config.source.kind in C.RESETTABLE_SOURCES
-        source = C.batch_source(self.config, spark_batch_id) if resettable else None
         state, committed = self.states.before(batch_id)
         phases.lap("load_state")
         if committed:
@@ -120,80 +116,29 @@ class BatchProcessor:
             self.states.forget()  # reload from Delta for the next batch
             self._report(BatchSummary(batch_id, skipped=True))
             return
-        # The batch timestamp joins after the cache (see tidemark.stream.build_stream): Spark's,
-        # from the offset log, the value current_timestamp() has, so a replay sees the same.
-        batch_ts = (
-            source.batch_ts_ms if source is not None else C.batch_timestamp_ms(self.config, spark_batch_id)
-        )
-        cached = [batch.persist()]
+        cached: list[DataFrame] = []
         try:
-            small = source is not None and whole_input(source.local_bytes(), source.records)
-            rows, counted, removed, dedup = self._deduplicate(
-                cached, batch_id, state, batch_ts, phases, small
-            )
-            inp = BatchInput(
+            inp, dedup = read_input(
+                self.spark,
+                batch,
+                self.config,
+                spark_batch_id=spark_batch_id,
                 batch_id=batch_id,
-                rows=rows,
-                counted=counted,
-                removed=removed,
-                scanned=dedup.scanned if dedup else None,
-                local=dedup.local if dedup else None,
-                batch_ts_ms=batch_ts,
-                source_progress=source.progress if source else None,
-                out_of_order=dedup.out_of_order if dedup else None,
+                progress=state.progress,
+                events_path=self.writer.path(S.EVENTS),
+                cached=cached,
+                lap=phases.lap,
             )
             summary, new_state = self.step(inp, state, phases)
         finally:
             for frame in cached:
                 frame.unpersist()
-        summary = dataclasses.replace(
-            summary,
-            seconds=time.monotonic() - started,
-            phases=phases.times,
-            retries_dropped=dedup.dropped if dedup else 0,
-            retries_looked_up=dedup.looked_up if dedup else 0,
-            out_of_order=int(inp.out_of_order["records"].sum()) if inp.out_of_order is not None else 0,
-        )
+        summary = with_retry_figures(summary, inp, dedup)
+        summary = dataclasses.replace(summary, seconds=time.monotonic() - started, phases=phases.times)
         self.states.keep(new_state)
         self._report(summary)
         if self.between_batches is not None:
             self.between_batches(now_ms())
-
-    def _deduplicate(
-        self,
-        cached: list[DataFrame],
-        batch_id: int,
-        state: PipelineState,
-        batch_ts: int,
-        phases: Phases,
-        small: bool,
-    ) -> tuple[DataFrame, DataFrame, pd.DataFrame, DedupResult | None]:
-        """(rows, where to count them, removed copies, dedup result): the batch's rows with
-        ``ingest_ts``, less publisher retries (exactly_once). A ``small`` batch
-        (:func:`tidemark.dedup.whole_input`) is collected whole by the hash pass."""
-        from pyspark.sql import functions as F
-
-        rows = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
-        if self.config.mode != "exactly_once":
-            return rows, rows, NO_REMOVED, None
-        dedup = deduplicate(
-            self.spark,
-            rows,
-            batch_id=batch_id,
-            progress=state.progress,
-            batch_ts_ms=batch_ts,
-            horizon_ms=self.config.dedup_horizon,
-            events_path=self.writer.path(S.EVENTS),
-            columns=count_columns(),
-            lap=phases.lap,
-            whole=small,
-            whole_max_rows=batch_outputs.COLLECT_MAX_ROWS,
-        )
-        cached.extend(dedup.cached)
-        if dedup.removed is None:  # resolved by Spark: count the deduplicated rows
-            return dedup.rows, dedup.rows, NO_REMOVED, dedup
-        # resolved on the driver: count the cache as it is, less the removed copies
-        return dedup.rows, rows, dedup.removed, dedup
 
     def step(
         self, inp: BatchInput, state: PipelineState, phases: Phases
@@ -236,14 +181,8 @@ class BatchProcessor:
         self, good: DataFrame | pa.Table, counts: Counts, state: PipelineState, watermark: int | None
     ) -> Closing:
         """Step 3 (:func:`tidemark.batch_steps.close_windows`) over the batch's partial sums per
-        window and key: aggregated by Spark, or on the driver when the events are there."""
-        partials = None
-        if isinstance(good, pa.Table):
-            partials = aggregate_windows_arrow(good, self.config.window)
-        elif counts.events:
-            partials = T.to_pandas(aggregate_windows(good, self.config.window)).astype(
-                {"window_start_ms": "int64", "events": "int64"}
-            )
+        window and key (:func:`tidemark.aggregate.window_partials`)."""
+        partials = window_partials(good, self.config.window, counts.events > 0)
         return close_windows(partials, state, watermark, self.windows)
 
     def _commit(

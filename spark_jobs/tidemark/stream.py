@@ -61,20 +61,23 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 
-def build_stream(spark: SparkSession, config: PipelineConfig, resume: ResumePoint | None = None) -> DataFrame:
-    """The stream's plan: the source's validated rows, in either mode. The plan keeps no Spark
-    state: exactly_once removes publisher retries inside the batch (:mod:`tidemark.dedup`).
+def build_stream(
+    spark: SparkSession, config: PipelineConfig, resume: ResumePoint | None = None, streaming: bool = True
+) -> DataFrame:
+    """The stream's plan: the source's validated rows, in either mode (``streaming=False``: the
+    same plan over the source as it is, a static frame). The plan keeps no Spark state:
+    exactly_once removes publisher retries inside the batch (:mod:`tidemark.dedup`).
 
     Nothing that changes from batch to batch (a literal: the batch timestamp, a random seed)
     goes into the stage that parses: Spark generates its code with literals inlined, so one
     would make every micro-batch compile that ~2,400-line class again with Janino and run it
     cold until HotSpot compiles it, ~0.25 s per 500k lines. ``ingest_ts`` joins the rows after
-    the batch cache (:meth:`tidemark.batch.BatchProcessor.__call__`)."""
+    the batch cache (:func:`tidemark.batch_input.read_input`)."""
     from pyspark.sql import functions as F
 
     # The raw line is kept for the quarantine only: good rows do not cache it.
     bad_raw = F.when(is_quarantined_col(), F.col("raw")).alias("raw")
-    parsed = parsed_source(spark, config, streaming=True, resume=resume).select(
+    parsed = parsed_source(spark, config, streaming=streaming, resume=resume).select(
         *(bad_raw if c == "raw" else c for c in PARSED)
     )
     if config.mode == "at_least_once":
