@@ -49,10 +49,7 @@ def read_input(
     them once the batch is written."""
     from pyspark.sql import functions as F
 
-    source = C.batch_source(config, spark_batch_id) if config.source.kind in C.RESETTABLE_SOURCES else None
-    # The batch timestamp joins after the cache (see tidemark.stream.build_stream): Spark's, from
-    # the offset log, the value current_timestamp() has, so a replay sees the same.
-    batch_ts = source.batch_ts_ms if source is not None else C.batch_timestamp_ms(config, spark_batch_id)
+    source, batch_ts = _checkpoint_says(config, spark_batch_id)
     cached.append(batch.persist())
     rows = cached[0].select("*", F.timestamp_millis(F.lit(batch_ts)).alias("ingest_ts"))
     inp = BatchInput(
@@ -83,20 +80,27 @@ def read_input(
     # Resolved by Spark: count the deduplicated rows. Resolved on the driver: count the cache as
     # it is, less the copies removed.
     removed = dedup.removed
-    return (
-        BatchInput(
-            batch_id=batch_id,
-            rows=dedup.rows,
-            counted=rows if removed is not None else dedup.rows,
-            removed=removed if removed is not None else NO_REMOVED,
-            scanned=dedup.scanned,
-            local=dedup.local,
-            batch_ts_ms=batch_ts,
-            source_progress=inp.source_progress,
-            out_of_order=dedup.out_of_order,
-        ),
-        dedup,
+    found = dataclasses.replace(
+        inp,
+        rows=dedup.rows,
+        counted=rows if removed is not None else dedup.rows,
+        removed=removed if removed is not None else NO_REMOVED,
+        scanned=dedup.scanned,
+        local=dedup.local,
+        out_of_order=dedup.out_of_order,
     )
+    return found, dedup
+
+
+def _checkpoint_says(config: PipelineConfig, spark_batch_id: int) -> tuple[C.BatchSource | None, int]:
+    """(what the checkpoint says of a files or Kafka batch, else None; the batch timestamp).
+
+    The batch timestamp joins the rows after the cache (see tidemark.stream.build_stream): Spark's,
+    from the offset log, the value current_timestamp() has, so a replay sees the same."""
+    if config.source.kind not in C.RESETTABLE_SOURCES:
+        return None, C.batch_timestamp_ms(config, spark_batch_id)
+    source = C.batch_source(config, spark_batch_id)
+    return source, source.batch_ts_ms
 
 
 def with_retry_figures(summary: BatchSummary, inp: BatchInput, dedup: DedupResult | None) -> BatchSummary:
