@@ -155,6 +155,12 @@ def test_the_wheel_runs_the_demo_a_cluster_reconcile_and_the_dag_outside_the_che
     )
     timings["demo_s"] = round(time.monotonic() - began, 1)
     assert "validation of demo" in out and "PASSED" in out, out[-3000:]
+    # The demo on the machine's Java 17, as the JVM itself reports it (tests/spark/test_java_versions.py
+    # runs it on Java 21): every window aligned, nothing unexplained, on time and final.
+    assert re.search(r"Spark 4\.1\.\d+ on Java 17\.\d", out), out[:2000]
+    assert "unexplained difference 0" in out, out[-3000:]
+    line = next(x for x in out.splitlines() if x.startswith("alignment on-time"))
+    assert "final (latest revision, allowed lateness 1h): worst 1.0, 100.00% at target" in line, line
     config = work / "demo" / "demo.yaml"
     first = _reconciled(python, work, config)
     assert len(first["ms"]) == 6

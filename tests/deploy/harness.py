@@ -465,6 +465,7 @@ def build_project_images(engine: Engine, work: Path) -> dict:
 # the run's base temporary directory (a worker's parent): engine/, report.json or error.txt,
 # pid, log, and stop (written when the run ends).
 PREBUILD = "deploy-prebuild"
+PREBUILD_PRIORITY = ("nice", "-n", "5", "ionice", "-c", "2", "-n", "7")
 
 
 def prebuild_dir(basetemp: Path) -> Path | None:
@@ -482,8 +483,16 @@ def start_prebuild(basetemp: Path) -> subprocess.Popen:
 
     folder = basetemp / PREBUILD
     folder.mkdir(parents=True, exist_ok=True)
+    # At a lower priority than the test workers (nice 5, best-effort I/O 7, inherited by the
+    # engine and the builds' containers): the builds take what CPU the workers leave idle first.
     proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("prebuild.py")), str(folder), str(os.getpid())],
+        [
+            *PREBUILD_PRIORITY,
+            sys.executable,
+            str(Path(__file__).with_name("prebuild.py")),
+            str(folder),
+            str(os.getpid()),
+        ],
         stdout=open(folder / "log", "ab"),  # noqa: SIM115 - the builder's, for its life
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

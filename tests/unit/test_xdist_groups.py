@@ -1,5 +1,5 @@
 """`make test` keeps tests that share an expensive fixture on one xdist worker with
-``--dist loadgroup`` and ``xdist_group`` marks (the Spark cluster, the Docker images, ONE_WORKER
+``--dist loadgroup`` and ``xdist_group`` marks (the Spark cluster, ONE_WORKER
 modules). pytest 9 with pytest-xdist 3.8 silently stopped honouring the marks: each worker then
 built its own images and started its own cluster. This runs a small session the way the Makefile
 does and checks a group stays on one worker."""
