@@ -22,12 +22,10 @@ def pytest_configure(config):
     # The serial collector: two xdist workers share 2 cores, and G1's concurrent threads cost
     # more than they save on these heaps (a 2,000-host demo, 5 paired runs: CPU-seconds
     # 0.79-0.95x, median 0.89x, of G1's; wall 0.81-0.99x).
-    # One compiler thread: with C1 only, a second one mostly compiles sooner what the job would
-    # have run a few more times interpreted (the small-scenario stream, 5 paired runs: CPU-seconds
-    # 17.7-19.1 against 19.1-20.1, median 18.3 against 19.6).
-    os.environ.setdefault(
-        "TIDEMARK_JVM_OPTIONS", f"-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 {SERIAL_GC}"
-    )
+    # (One C1 compiler thread, not two, tried 2026-11-29: the small-scenario stream used ~5% fewer
+    # CPU-seconds, but the jobs with no class archive to map, the S3 ones and the cluster's
+    # executors, used more, and the whole run was no faster: pytest 2,111.6 -> 2,109.9 s.)
+    os.environ.setdefault("TIDEMARK_JVM_OPTIONS", f"-XX:TieredStopAtLevel=1 {SERIAL_GC}")
 
 
 # tryfirst: xdist's worker adds ``@group`` to each node id in its own pytest_collection_modifyitems,
