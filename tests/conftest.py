@@ -35,8 +35,8 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     # The image tests last (stable sort): their images are built beside the run at a lower CPU
-    # priority than the workers' (tests/deploy/harness.py, start_prebuild), in the CPU the
-    # workers leave idle; last, no worker waits for them.
+    # priority than the workers' (tests/deploy/harness.py, start_prebuild); by the end of the
+    # run they are built, so no worker waits for them.
     items.sort(key=lambda item: Path(str(item.fspath)).parent.name == "deploy")
     for item in items:
         parts = Path(str(item.fspath)).parts

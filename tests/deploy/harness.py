@@ -465,7 +465,8 @@ def build_project_images(engine: Engine, work: Path) -> dict:
 # the run's base temporary directory (a worker's parent): engine/, report.json or error.txt,
 # pid, log, and stop (written when the run ends).
 PREBUILD = "deploy-prebuild"
-PREBUILD_PRIORITY = ("nice", "-n", "5", "ionice", "-c", "2", "-n", "7")
+# nice 5 and best-effort I/O priority 7 (ionice is util-linux's; without it, nice alone)
+PREBUILD_PRIORITY = ("nice", "-n", "5", *(("ionice", "-c", "2", "-n", "7") if shutil.which("ionice") else ()))
 
 
 def prebuild_dir(basetemp: Path) -> Path | None:
@@ -483,8 +484,8 @@ def start_prebuild(basetemp: Path) -> subprocess.Popen:
 
     folder = basetemp / PREBUILD
     folder.mkdir(parents=True, exist_ok=True)
-    # At a lower priority than the test workers (nice 5, best-effort I/O 7, inherited by the
-    # engine and the builds' containers): the builds take what CPU the workers leave idle first.
+    # At a lower priority than the test workers (PREBUILD_PRIORITY, inherited by the engine and
+    # the builds' containers): the workers' tests come first when both want the CPU.
     proc = subprocess.Popen(
         [
             *PREBUILD_PRIORITY,
