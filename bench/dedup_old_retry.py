@@ -173,10 +173,23 @@ def main() -> None:
     print(render(json.loads(out.read_text())))
 
 
+PROBE_HEADER = ["probe batch", "lines", "ids looked up", "retries dropped", "batch (s)"]
+PROBE_HEADER += ["catalog lookup (s)", "route"]
+
+
+def _lookup_phase(phases: dict) -> tuple[str, str]:
+    """The batch's catalog lookup and the route that timed it: ``dedup_lookup`` when the suspects
+    were resolved on the driver; ``dedup_whole`` when the whole batch was (small batches), a phase
+    that holds the lookup and the resolution around it."""
+    if "dedup_whole" in phases and "dedup_lookup" not in phases:
+        return f"{phases['dedup_whole']:.3f}", "whole batch (`dedup_whole`)"
+    return f"{phases.get('dedup_lookup', 0.0):.3f}", "suspects on the driver (`dedup_lookup`)"
+
+
 def render(data: dict) -> str:
     """The tables of one results file (also what ``bench/report.py`` puts in the docs)."""
     probes = md_table(
-        ["probe batch", "lines", "ids looked up", "retries dropped", "batch (s)", "catalog lookup (s)"],
+        PROBE_HEADER,
         [
             [
                 name,
@@ -184,7 +197,7 @@ def render(data: dict) -> str:
                 f"{r['looked_up']:,}",
                 f"{r['dropped']:,}",
                 f"{r['seconds']:.2f}",
-                f"{r['phases'].get('dedup_lookup', 0.0):.3f}",
+                *_lookup_phase(r["phases"]),
             ]
             for name, r in data["probes"].items()
         ],

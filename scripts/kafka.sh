@@ -51,7 +51,7 @@ group.initial.rebalance.delay.ms=0
 # Keep records: the batch recompute re-reads topics by offset range.
 log.retention.ms=-1
 # One node: the controller's no-op record every 500 ms (default) only keeps an idle metadata log
-# ticking, for no follower; without it an idle broker costs half the CPU (~1.7% of a core here).
+# ticking, for no follower. Without it an idle broker used 1.03 s of CPU a minute, not 1.62 s.
 metadata.max.idle.interval.ms=0
 PROPS
   if [ -n "${TIDEMARK_KAFKA_EXTRA_PROPERTIES:-}" ]; then
