@@ -173,8 +173,9 @@ def main() -> None:
     print(render(json.loads(out.read_text())))
 
 
-PROBE_HEADER = ["probe batch", "lines", "ids looked up", "retries dropped", "batch (s)"]
-PROBE_HEADER += ["catalog lookup (s)", "route"]
+PROBE_HEADER = [
+    "probe batch", "lines", "ids looked up", "retries dropped", "batch (s)", "catalog lookup (s)", "route",
+]  # fmt: skip
 
 
 def _lookup_phase(phases: dict) -> tuple[str, str]:
