@@ -91,8 +91,9 @@ lock_entries() {
     keep && !/^ *#/' requirements.lock
 }
 stamp=.venv/.tidemark-requirements.sha256
-# (the word "bytecode": a venv set up before the install compiled bytecode is set up again)
-want=$({ cat requirements.lock requirements.txt requirements-dev.txt pyproject.toml; echo bytecode; } | sha256sum | cut -d' ' -f1)
+# (the words: a venv set up before the install compiled bytecode, or before the whole lock was
+# resolved against an empty interpreter, is set up again)
+want=$({ cat requirements.lock requirements.txt requirements-dev.txt pyproject.toml; echo bytecode resolved; } | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing the locked requirements (a minute or two the first time)"
   [ "$(lock_entries pip setuptools wheel uv | grep -c '==')" = 4 ] \
@@ -105,6 +106,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/uv pip install --quiet --python .venv/bin/python --no-deps --no-build-isolation -e . \
     || die "could not install the project (uv's errors are above)"
   .venv/bin/pip check || die "pip check found broken requirements (above); re-run scripts/lock.sh"
+  # The whole lock resolved once against an empty interpreter: uv skipped the build tools and
+  # itself above (pip had installed them), so only this leaves their metadata in uv's cache too,
+  # where the offline hash-mode checks find every pinned package (tests/security/test_lockfile.py).
+  empty=$(mktemp -d)
+  "$PYTHON" -m venv --without-pip "$empty/venv" \
+    && .venv/bin/uv pip install --quiet --dry-run --python "$empty/venv/bin/python" --require-hashes \
+      --no-build-isolation -r requirements.lock \
+    || { rm -rf "$empty"; die "uv could not resolve requirements.lock on its own (uv's errors are above)"; }
+  rm -rf "$empty"
   echo "$want" > "$stamp"
 else
   say "requirements up to date"
