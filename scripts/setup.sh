@@ -106,15 +106,19 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/uv pip install --quiet --python .venv/bin/python --no-deps --no-build-isolation -e . \
     || die "could not install the project (uv's errors are above)"
   .venv/bin/pip check || die "pip check found broken requirements (above); re-run scripts/lock.sh"
-  # The whole lock resolved once against an empty interpreter: uv skipped the build tools and
-  # itself above (pip had installed them), so only this leaves their metadata in uv's cache too,
-  # where the offline hash-mode checks find every pinned package (tests/security/test_lockfile.py).
-  empty=$(mktemp -d)
-  "$PYTHON" -m venv --without-pip "$empty/venv" \
-    && .venv/bin/uv pip install --quiet --dry-run --python "$empty/venv/bin/python" --require-hashes \
-      --no-build-isolation -r requirements.lock \
-    || { rm -rf "$empty"; die "uv could not resolve requirements.lock on its own (uv's errors are above)"; }
-  rm -rf "$empty"
+  # uv skipped the build tools and itself above (pip had installed them), so its cache lacks
+  # them: a throwaway install of the four puts their wheels there (an isolated build, such as the
+  # installed-wheel test's of pyspark's sdist, takes setuptools from it offline), and a resolution
+  # of the whole lock against an empty interpreter their metadata (the offline hash-mode checks of
+  # tests/security/test_lockfile.py find every pinned package).
+  scratch=$(mktemp -d)
+  { .venv/bin/uv pip install --quiet --target "$scratch/tools" --require-hashes --no-deps \
+      -r <(lock_entries pip setuptools wheel uv) \
+    && "$PYTHON" -m venv --without-pip "$scratch/venv" \
+    && .venv/bin/uv pip install --quiet --dry-run --python "$scratch/venv/bin/python" --require-hashes \
+      --no-build-isolation -r requirements.lock; } \
+    || { rm -rf "$scratch"; die "uv could not cache the build tools or resolve requirements.lock (uv's errors are above)"; }
+  rm -rf "$scratch"
   echo "$want" > "$stamp"
 else
   say "requirements up to date"

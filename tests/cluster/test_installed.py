@@ -61,14 +61,16 @@ def installed(tmp_path_factory):
     # The wheel's own dependency declarations are resolved (not --no-deps), every version held to
     # the lock's pin: requirements.lock's pins as constraints (a constraints file takes no
     # hashes). uv, offline, from the cache set-up filled (scripts/setup.sh): seconds instead of
-    # pip's minutes of unpacking some 2 GB; the wheel and what it declares are the same.
+    # pip's minutes of unpacking some 2 GB; the wheel and what it declares are the same. The
+    # lock's pins bind the isolated builds too (pyspark's sdist builds with the locked setuptools,
+    # whose wheel set-up put in uv's cache).
     constraints = root / "constraints.txt"
     constraints.write_text("".join(f"{name}=={version}\n" for name, (version, _) in read_lock().items()))
     python = str(venv / "bin" / "python")
     uv = str(Path(sys.executable).with_name("uv"))
     install = [uv, "pip", "install", "-q", "--offline", "--python", python]
     subprocess.run(
-        [*install, f"{wheel}[airflow]", "-c", str(constraints)],
+        [*install, f"{wheel}[airflow]", "-c", str(constraints), "--build-constraints", str(constraints)],
         check=True,
         cwd=root,
     )
