@@ -80,8 +80,9 @@ fi
 # --no-deps; uv installs the rest (about 4x faster than pip here), compiling their bytecode as pip
 # does (uv does not by default; see the project's bytecode below). Its --require-hashes checks
 # every dependency too: a package the lock does not pin with a hash fails the install, and the
-# resolution leaves each pinned package's metadata in uv's cache, from which tests install the
-# built wheel offline (tests/cluster/test_installed.py). The sdist-only packages (pyspark,
+# resolution leaves each package it installed in uv's cache (the build tools are added after
+# `pip check` below), from which tests install the built wheel offline
+# (tests/cluster/test_installed.py). The sdist-only packages (pyspark,
 # pyspark-client) and the project are built against the locked setuptools without build isolation,
 # which would fetch setuptools unpinned and unhashed. The project itself (editable) has no hash.
 [ -f requirements.lock ] || die "requirements.lock not found; scripts/lock.sh writes it"
