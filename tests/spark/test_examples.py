@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from helpers import listen_ports
 
+from tidemark.sparkenv import JVM_OPTIONS_ENV
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +77,7 @@ def run_example(name: str, servers: Servers, home: Path) -> dict[str, str]:
     # short jobs (tests/conftest.py: C1 only), which a user may set the same way (the four runs
     # took 170-174 CPU-s with C2, 94-96 without)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIDEMARK_", "AWS_"))} | {
-        **{k: v for k, v in os.environ.items() if k == "TIDEMARK_JVM_OPTIONS"},
+        **{k: v for k, v in os.environ.items() if k == JVM_OPTIONS_ENV},
         "TIDEMARK_HOME": str(home),
         "TIDEMARK_SPARK_LOG_LEVEL": "ERROR",
         "AWS_EC2_METADATA_DISABLED": "true",
