@@ -17,10 +17,20 @@ import yaml
 
 from tidemark.config import PipelineConfig, load_config
 from tidemark.generator import Scenario, generate_files
+from tidemark.sparkenv import JVM_OPTIONS_ENV
 
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$")
 MIN_EVENT_TIME = 946_684_800_000  # 2000-01-01
 MAX_SKEW = 5 * 60_000
+
+
+def suite_jvm_options() -> dict[str, str]:
+    """The suite's JVM options for short jobs (tests/conftest.py: C1 only), for a test that builds
+    a user's or deployer's environment from scratch: they set the same variable, and without it
+    every job, executor and DAG task of that test runs with C2 (the examples and installed-wheel
+    tests, 2 paired runs: 374-376 CPU-s with C2, 240-244 without)."""
+    options = os.environ.get(JVM_OPTIONS_ENV)
+    return {JVM_OPTIONS_ENV: options} if options else {}
 
 
 def small_scenario(**overrides) -> Scenario:

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import suite_jvm_options
 from lockfile import read_lock
 
 from tidemark.resources import jars_dir
-from tidemark.sparkenv import JVM_OPTIONS_ENV
 from tidemark.timeutil import format_instant_ms, parse_instant_ms
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -87,9 +87,7 @@ def _env(work: Path, **extra: str) -> dict[str, str]:
     env.pop("PYTHONPATH", None)
     return {
         **env,
-        # The suite's JVM options for short jobs (tests/conftest.py: C1 only), which a deployer
-        # sets the same way; without them the test took 201-206 CPU-s, with them 146-147.
-        **{k: v for k, v in os.environ.items() if k == JVM_OPTIONS_ENV},
+        **suite_jvm_options(),
         "TIDEMARK_JARS_DIR": str(jars_dir()),
         "HOME": str(work),
         "SPARK_LOCAL_IP": "127.0.0.1",

@@ -18,9 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import listen_ports
-
-from tidemark.sparkenv import JVM_OPTIONS_ENV
+from helpers import listen_ports, suite_jvm_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -73,11 +71,9 @@ class Servers:
 
 def run_example(name: str, servers: Servers, home: Path) -> dict[str, str]:
     """Run the example's commands in order; each must exit 0. Returns each command's output."""
-    # A user's shell: none of the suite's TIDEMARK_ or AWS_ settings, but its JVM options for
-    # short jobs (tests/conftest.py: C1 only), which a user may set the same way (the four runs
-    # took 170-174 CPU-s with C2, 94-96 without)
+    # A user's shell: none of the suite's TIDEMARK_ or AWS_ settings but its JVM options
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIDEMARK_", "AWS_"))} | {
-        **{k: v for k, v in os.environ.items() if k == JVM_OPTIONS_ENV},
+        **suite_jvm_options(),
         "TIDEMARK_HOME": str(home),
         "TIDEMARK_SPARK_LOG_LEVEL": "ERROR",
         "AWS_EC2_METADATA_DISABLED": "true",
