@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -84,13 +85,21 @@ def test_one_stall_alert_no_repeat_and_one_recovery_notice(
     status = read_status(config).status
     assert status.state == STALLED
     dag = load_dag("tidemark_watermark_monitor.py", "tidemark_watermark_monitor__mon")
+    # The DAG's two retries run as written; only their 20 s delay is cut, which `dag.test()`
+    # would otherwise sit out twice (40 s of the run with both cores idle).
+    (task,) = dag.tasks
+    assert task.retries == 2
+    task.retry_delay = timedelta(seconds=1)
 
     # The webhook is down: the email goes out, the task fails. Its retry must not mail again.
     with pytest.MonkeyPatch.context() as mp:
         down = json.loads(http.connection_json())
         down["port"] = free_port()
         mp.setenv("AIRFLOW_CONN_TIDEMARK_WEBHOOK", json.dumps(down))
-        assert run_monitor(dag) == "failed"
+        run = dag.test()
+        assert str(run.state) == "failed"
+        (failed,) = run.get_task_instances()
+        assert failed.try_number == 3  # the first try and both retries ran
     assert len(smtp.messages) == 1 and len(http.posts) == 0
     assert run_monitor(dag) == "success"
     assert len(smtp.messages) == 1 and len(http.posts) == 1
