@@ -86,7 +86,7 @@ def test_one_stall_alert_no_repeat_and_one_recovery_notice(
     assert status.state == STALLED
     dag = load_dag("tidemark_watermark_monitor.py", "tidemark_watermark_monitor__mon")
     # The DAG's two retries run as written; only their 20 s delay is cut, which `dag.test()`
-    # would otherwise sit out twice (40 s of the run with both cores idle).
+    # would otherwise sit out twice: 40 s of pure waiting.
     (task,) = dag.tasks
     assert task.retries == 2
     task.retry_delay = timedelta(seconds=1)
