@@ -37,6 +37,9 @@ HEADERS = ["goal", "measured: median (spread)", "commit", "verdict", "where the 
 RETENTION_SOURCES = {"": "landing files", "kafka": "a Kafka topic"}
 RETENTION_GOAL = 1.2  # one hour reconciled with a day present / the hour alone
 SOAK_HOURS = 6.0  # the shortest soak the goal accepts (24 h asked first)
+# The sustainable rate (docs/benchmarks.md, section 4, bench/sustainable.py): 10,000 hosts x 1,280
+# events a minute kept up on this 2-core machine (2,560 fell behind).
+SUSTAINABLE_EVENTS_S = 10_000 * 1_280 // 60
 
 
 def _verdict(ok: bool) -> str:
@@ -179,6 +182,7 @@ def soak_rows(lines: list[dict]) -> list[list[str]]:
     hours = samples[-1]["minute"] / 60 if samples else 0.0
     args = header["args"]
     rate = int(args["hosts"]) * int(args["rate"]) / 60
+    share = rate / SUSTAINABLE_EVENTS_S
     slopes = {
         "heap after GC": (_slope_per_hour(samples, lambda s: s["heap_after_gc_mb"]), "MiB/h"),
         "Python RSS": (_slope_per_hour(samples, lambda s: s["py_rss_mb"]), "MiB/h"),
@@ -188,19 +192,25 @@ def soak_rows(lines: list[dict]) -> list[list[str]]:
             "/h",
         ),
     }
-    measured = f"{hours:.1f} h at {rate:,.0f} lines/s; slopes: " + ", ".join(
-        f"{name} {value:+.2f} {unit}" for name, (value, unit) in slopes.items()
+    measured = (
+        f"{hours:.1f} h at {rate:,.0f} events/s ({share:.0%} of the sustainable {SUSTAINABLE_EVENTS_S:,}), "
+        f"dedup horizon {args.get('dedup_horizon', '24h')}; slopes: "
+        + ", ".join(f"{name} {value:+.2f} {unit}" for name, (value, unit) in slopes.items())
     )
-    if hours >= SOAK_HOURS:
+    if hours >= SOAK_HOURS and share >= 0.5:
         raise SystemExit("goals: a soak of 6 h or more: grade its rate and slopes here before using it")
+    short = []
+    if hours < SOAK_HOURS:
+        short.append(f"not run long enough: {hours:.1f} h of the {SOAK_HOURS:.0f} h asked")
+    if share < 0.5:
+        short.append(f"at {share:.1%} of the sustainable rate, below the half asked")
     return [
         [
             f"soak: >= {SOAK_HOURS:.0f} h at >= 50% of the sustainable rate, every slope within noise",
             measured,
             header["commit"],
             _verdict(False),
-            f"not run long enough: {hours:.1f} h of the {SOAK_HOURS:.0f} h asked, and at {rate:,.0f} "
-            "lines/s, far below half the sustainable rate",
+            "; ".join(short),
         ]
     ]
 

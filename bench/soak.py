@@ -1,7 +1,8 @@
 """Hours of micro-batches: does anything grow? Batch time, files per table, Delta log, heap.
 
     .venv/bin/python bench/soak.py [--hours 2] [--hosts 10000] [--rate 6] [--file-span 10]
-        [--sample-every 60] [--maintain-every 0] [--maintain-from 0]
+        [--sample-every 60] [--maintain-every 0] [--maintain-from 0] [--trigger 10s]
+        [--dedup-horizon 24h] [--no-zorder] [--delete-consumed] [--min-free-gb 3]
 
 A live generator (``tidemark generate --live``, its own process) lands a file every
 ``--file-span`` seconds; the stream runs in this process with the pipeline's 10 s processing-time
@@ -14,7 +15,13 @@ and Python's RSS, and where the Python RSS is: glibc's heap (``mallinfo2``: in u
 all arenas), Arrow's pool, Python objects, threads. With
 ``--maintain-every N`` (minutes), ``tidemark maintain`` runs against the pipeline every N minutes
 from ``--maintain-from`` minutes on, in its own process, while the stream runs, as the
-maintenance DAG would. Samples go to ``bench/results/soak-<UTC start>.jsonl`` as they are
+maintenance DAG would. ``--dedup-horizon`` shortens the horizon so the dedup catalog (the events
+within it) reaches its steady size inside the run; ``--no-zorder`` sets
+``maintenance.zorder_events: false`` (an events table too large to rewrite whole every run);
+``--delete-consumed`` deletes each landing file once the stream's checkpoint has committed the
+batch that read it (a collector's retention: at half the sustainable rate the landing area takes
+~50 GB an hour); the run ends early, saying so, when the disk has less than ``--min-free-gb``
+free. Samples go to ``bench/results/soak-<UTC start>.jsonl`` as they are
 taken; at the end a markdown table per ``--table-every`` minutes. Nothing is asserted.
 """
 
@@ -34,6 +41,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -133,6 +141,38 @@ def move_files(source: Path, target: Path, prefix: str) -> None:
         time.sleep(1)
 
 
+def consumed_files(checkpoint: Path) -> set[Path]:
+    """The input files of the batches the stream's checkpoint has committed (its file source
+    logs: ``sources/<n>/<batch>`` and their ``.compact`` files, one JSON entry a file)."""
+    commits = checkpoint / "commits"
+    names = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not names:
+        return set()
+    done, out = max(names), set()
+    for log in checkpoint.glob("sources/*/*"):
+        if log.name.startswith("."):
+            continue
+        try:
+            lines = log.read_text().splitlines()[1:]  # the first is the log's version
+        except FileNotFoundError:  # compacted away while this listed
+            continue
+        for line in lines:
+            entry = json.loads(line)
+            if entry["batchId"] <= done:
+                out.add(Path(unquote(urlparse(entry["path"]).path)))
+    return out
+
+
+def delete_consumed(checkpoint: Path, every: float = 30.0) -> None:
+    """Delete the landing files whose batches are committed, every ``every`` seconds."""
+    deleted: set[Path] = set()
+    while True:
+        time.sleep(every)
+        for path in consumed_files(checkpoint) - deleted:
+            path.unlink(missing_ok=True)
+            deleted.add(path)
+
+
 def heap_after_gc_mb(spark) -> float:
     jvm = spark.sparkContext._jvm
     jvm.java.lang.System.gc()
@@ -153,6 +193,17 @@ def main() -> None:
     parser.add_argument(
         "--maintain-from", type=float, default=0, help="minutes into the run of the first one"
     )
+    parser.add_argument("--trigger", default="10s", help="the stream's processing-time trigger")
+    parser.add_argument("--dedup-horizon", default="24h", help="the pipeline's dedup_horizon")
+    parser.add_argument(
+        "--no-zorder", action="store_true", help="maintenance.zorder_events: false (events vacuumed only)"
+    )
+    parser.add_argument(
+        "--delete-consumed", action="store_true", help="delete landing files once their batch is committed"
+    )
+    parser.add_argument(
+        "--min-free-gb", type=float, default=3.0, help="end the run when the disk has less free"
+    )
     parser.add_argument("--table-every", type=int, default=10, help="minutes per row of the final table")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "soak")
     parser.add_argument(
@@ -172,7 +223,10 @@ def main() -> None:
     else:
         shutil.rmtree(args.workdir, ignore_errors=True)
     landing = args.workdir / "landing"
-    config = pipeline_config(args.workdir, "soak", landing, 2, trigger_interval="10s")
+    overrides: dict = {"trigger_interval": args.trigger, "dedup_horizon": args.dedup_horizon}
+    if args.no_zorder:
+        overrides["maintenance"] = {"zorder_events": False}
+    config = pipeline_config(args.workdir, "soak", landing, 2, **overrides)
     config_path = args.workdir / "soak.yaml"
     started = datetime.now(UTC)
     RESULTS.mkdir(exist_ok=True)
@@ -191,6 +245,8 @@ def main() -> None:
          "--minutes", str(minutes), "--rate", str(args.rate), "--file-span", str(args.file_span)],
         stdout=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
+    if args.delete_consumed:
+        threading.Thread(target=delete_consumed, args=(Path(config.checkpoint),), daemon=True).start()
     spark = session()
     pid = jvm_pid(spark)
     query, processor = start_stream(spark, config, once=False, echo=lambda _m: None)
@@ -210,6 +266,11 @@ def main() -> None:
         try:
             while time.monotonic() < end:
                 time.sleep(args.sample_every)
+                free_gb = shutil.disk_usage(args.workdir).free / 2**30
+                if free_gb < args.min_free_gb:
+                    sink.write(json.dumps({"ended": f"disk: {free_gb:.1f} GiB free"}) + "\n")
+                    print(f"ending early: {free_gb:.1f} GiB free < {args.min_free_gb}", flush=True)
+                    break
                 now = time.monotonic()
                 maintenance = None
                 if maint is not None and maint.poll() is not None:
@@ -242,6 +303,7 @@ def main() -> None:
                     "tables": monitor.apply(all_table_stats, (paths,)),
                     "maintenance": maintenance,
                     "load": load_line(),
+                    "disk_free_gb": round(free_gb, 1),
                 }
                 samples.append(sample)
                 sink.write(json.dumps(sample) + "\n")
@@ -274,11 +336,20 @@ def render(lines: list[dict], every: int = 10) -> str:
     samples = [line for line in lines if "minute" in line]
     restarts = sum(1 for line in lines[1:] if line.get("restart"))
     span = samples[-1]["minute"] if samples else 0
+    args = header["args"]
+    ended = [line["ended"] for line in lines if "ended" in line]
     return (
-        f"{span:.0f} minutes of samples, {restarts} restart(s); {header['args']['hosts']} hosts x "
-        f"{header['args']['rate']} events a minute, a file every {header['args']['file_span']} s, "
-        f"maintenance every {header['args']['maintain_every']} min from minute "
-        f"{header['args']['maintain_from']}:\n\n" + summary_table(samples, every)
+        f"{span:.0f} minutes of samples, {restarts} restart(s)"
+        + (f", ended early ({ended[0]})" if ended else "")
+        + f"; {args['hosts']} hosts x {args['rate']} events a minute "
+        f"({int(args['hosts']) * int(args['rate']) / 60:,.0f} events/s), a file every "
+        f"{args['file_span']} s, trigger {args.get('trigger', '10s')}, dedup horizon "
+        f"{args.get('dedup_horizon', '24h')}, maintenance every {args['maintain_every']} min from minute "
+        f"{args['maintain_from']}"
+        + (" (events not ZORDERed)" if str(args.get("no_zorder")) == "True" else "")
+        + (", landing files deleted once committed" if str(args.get("delete_consumed")) == "True" else "")
+        + ":\n\n"
+        + summary_table(samples, every)
     )
 
 
@@ -289,6 +360,8 @@ def summary_table(samples: list[dict], every: int) -> str:
         if not group:
             continue
         last = group[-1]
+        before = [s["minute"] for s in samples if s["minute"] < start]
+        prev = before[-1] if before else 0.0  # the minute the group's first sample counts from
         medians = [s["batch_median_s"] for s in group if s["batch_median_s"] is not None]
         worst = [s["batch_max_s"] for s in group if s["batch_max_s"] is not None]
         t = last["tables"]
@@ -296,6 +369,7 @@ def summary_table(samples: list[dict], every: int) -> str:
             [
                 f"{start}-{start + every}",
                 sum(s["batches"] for s in group),
+                f"{sum(s['events'] for s in group) / (60 * (group[-1]['minute'] - prev)):,.0f}",
                 f"{median(medians):.2f}" if medians else "",
                 f"{max(worst):.2f}" if worst else "",
                 *(
@@ -315,6 +389,7 @@ def summary_table(samples: list[dict], every: int) -> str:
     headers = [
         "minutes",
         "batches",
+        "events/s",
         "batch median (s)",
         "worst (s)",
         "events files",

@@ -175,3 +175,62 @@ def test_the_goal_table_grades_each_goal_from_its_results():
     assert "p99 11.5 s over the floor" in rows[0] and "| def5678 | met |" in rows[0]
     assert "p99 12.5 s over the floor" in rows[1] and "| def5678 | **NOT met** |" in rows[1]
     assert "the wait for the next 10s trigger and the batch" in rows[1]
+
+
+def _soak_lines(rate: int, minutes: int) -> list[dict]:
+    header = {"commit": "abc1234", "args": {"hosts": 10_000, "rate": rate, "dedup_horizon": "20m"}}
+    samples = [
+        {"minute": float(m), "heap_after_gc_mb": 200.0, "py_rss_mb": 500.0 + m, "batch_median_s": 7.5,
+         "tables": {"events": {"log_files": 6 * m}}}
+        for m in range(1, minutes + 1)
+    ]  # fmt: skip
+    return [header, *samples]
+
+
+def test_the_soak_goal_says_what_the_run_lacked():
+    """A soak shorter than 6 h, or slower than half the sustainable rate, is not met, and the row
+    says which; its rate is given against the sustainable one, and the slopes are per hour."""
+    goals = _goals()
+    (row,) = goals.soak_rows(_soak_lines(640, 120))
+    assert row[1].startswith("2.0 h at 106,667 events/s (50% of the sustainable 213,333), dedup horizon 20m")
+    assert "Python RSS +60.00 MiB/h" in row[1] and "events log files +360.00 /h" in row[1]
+    assert row[3] == "**NOT met**"
+    assert row[4] == "not run long enough: 2.0 h of the 6 h asked"
+    (slow,) = goals.soak_rows(_soak_lines(6, 120))
+    assert slow[4].endswith("; at 0.5% of the sustainable rate, below the half asked")
+
+
+def _soak():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_soak", REPO / "bench" / "soak.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    return module
+
+
+def test_the_soak_deletes_only_the_landing_files_of_committed_batches(tmp_path):
+    """--delete-consumed: the files the file source logged for batches up to the newest commit,
+    from its per-batch and compacted logs (paths are URIs); never a file of a batch in flight."""
+    soak = _soak()
+    checkpoint, landing = tmp_path / "checkpoint", tmp_path / "landing dir"
+    log = checkpoint / "sources" / "0"
+    log.mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    files = {name: landing / f"part-{name}.jsonl" for name in ("a", "b", "c", "d")}
+
+    def entries(batch: int, *names: str) -> str:
+        return "v1\n" + "\n".join(
+            json.dumps({"path": files[n].as_uri(), "timestamp": 1, "batchId": batch}) for n in names
+        )
+
+    (log / "9.compact").write_text(entries(8, "a") + "\n" + entries(9, "b").split("\n", 1)[1])
+    (log / "10").write_text(entries(10, "c"))
+    (log / "11").write_text(entries(11, "d"))
+    (log / ".11.tmp").write_text("partial")
+    assert soak.consumed_files(checkpoint) == set()  # nothing committed yet
+    for batch in (9, 10):
+        (checkpoint / "commits" / str(batch)).write_text("v1\n{}")
+    assert soak.consumed_files(checkpoint) == {files["a"], files["b"], files["c"]}
