@@ -5,14 +5,14 @@
         [--dedup-horizon 24h] [--no-zorder] [--delete-consumed] [--min-free-gb 3]
 
 A live generator (``tidemark generate --live``, its own process) lands a file every
-``--file-span`` seconds; the stream runs in this process with the pipeline's 10 s processing-time
+``--file-span`` seconds; the stream runs in this process with a ``--trigger`` processing-time
 trigger. Every ``--sample-every`` seconds one sample: the batches since the last sample (count,
-median and worst batch time), per table the live files (delta-rs), the ``_delta_log`` files and
-bytes, and the commits since the last checkpoint, read by a monitor process of its own (reading
-Delta logs in the stream's process would count the reader's memory as the stream's); the driver
-JVM's heap used after a full GC (``System.gc()`` through py4j, then the memory MXBean), the JVM's
-and Python's RSS, and where the Python RSS is: glibc's heap (``mallinfo2``: in use and free over
-all arenas), Arrow's pool, Python objects, threads. With
+median and worst batch time, each phase's median), per table the live files (delta-rs), the
+``_delta_log`` files and bytes, and the commits since the last checkpoint, read by a monitor
+process of its own (reading Delta logs in the stream's process would count the reader's memory as
+the stream's); the driver JVM's heap used after a full GC (``System.gc()`` through py4j, then the
+memory MXBean), the JVM's and Python's RSS, and where the Python RSS is: glibc's heap
+(``mallinfo2``: in use and free over all arenas), Arrow's pool, Python objects, threads. With
 ``--maintain-every N`` (minutes), ``tidemark maintain`` runs against the pipeline every N minutes
 from ``--maintain-from`` minutes on, in its own process, while the stream runs, as the
 maintenance DAG would. ``--dedup-horizon`` shortens the horizon so the dedup catalog (the events
@@ -21,8 +21,8 @@ within it) reaches its steady size inside the run; ``--no-zorder`` sets
 ``--delete-consumed`` deletes each landing file once the stream's checkpoint has committed the
 batch that read it (a collector's retention: at half the sustainable rate the landing area takes
 ~50 GB an hour); the run ends early, saying so, when the disk has less than ``--min-free-gb``
-free. Samples go to ``bench/results/soak-<UTC start>.jsonl`` as they are
-taken; at the end a markdown table per ``--table-every`` minutes. Nothing is asserted.
+free. Samples go to ``bench/results/soak-<UTC start>.jsonl`` as they are taken; at the end a
+markdown table per ``--table-every`` minutes. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -173,6 +173,12 @@ def delete_consumed(checkpoint: Path, every: float = 30.0) -> None:
             deleted.add(path)
 
 
+def phase_medians(batches: list) -> dict[str, float]:
+    """Each batch phase's median seconds over ``batches`` (where a batch's time goes)."""
+    names = {name for b in batches for name in b.phases}
+    return {name: round(median([b.phases.get(name, 0.0) for b in batches]), 3) for name in sorted(names)}
+
+
 def heap_after_gc_mb(spark) -> float:
     jvm = spark.sparkContext._jvm
     jvm.java.lang.System.gc()
@@ -296,6 +302,7 @@ def main() -> None:
                     "events": sum(b.events for b in batches),
                     "batch_median_s": round(median(secs), 3) if secs else None,
                     "batch_max_s": round(max(secs), 3) if secs else None,
+                    "phases_median_s": phase_medians(batches),
                     "heap_after_gc_mb": round(heap_after_gc_mb(spark), 1),
                     "jvm_rss_mb": round(rss_kb(pid)[0] / 1024, 1),
                     "py_rss_mb": round(rss_kb()[0] / 1024, 1),

@@ -234,3 +234,18 @@ def test_the_soak_deletes_only_the_landing_files_of_committed_batches(tmp_path):
     for batch in (9, 10):
         (checkpoint / "commits" / str(batch)).write_text("v1\n{}")
     assert soak.consumed_files(checkpoint) == {files["a"], files["b"], files["c"]}
+
+
+def test_the_soak_sample_gives_each_phase_median():
+    """Where the time of the sample's batches went: each phase's median, 0 for a batch that did
+    not run the phase."""
+    from types import SimpleNamespace
+
+    soak = _soak()
+    batches = [
+        SimpleNamespace(phases={"dedup_hashes": 1.0, "write_events": 2.0}),
+        SimpleNamespace(phases={"dedup_hashes": 3.0, "write_events": 4.0}),
+        SimpleNamespace(phases={"dedup_hashes": 5.0}),
+    ]
+    assert soak.phase_medians(batches) == {"dedup_hashes": 3.0, "write_events": 2.0}
+    assert soak.phase_medians([]) == {}
