@@ -261,7 +261,7 @@ def main() -> None:
     next_maintain = t0 + args.maintain_from * 60 if args.maintain_every else float("inf")
     maint: subprocess.Popen | None = None
     maint_started = 0.0
-    seen = 0
+    seen = -1  # the newest batch id sampled (the processor keeps only its newest summaries)
     samples = list(previous)
     header = result_header("soak", args)
     # The monitor: a process of its own (spawned, not forked from a process holding a JVM gateway).
@@ -293,8 +293,8 @@ def main() -> None:
                     maint_started, next_maintain = now, now + args.maintain_every * 60
                 if query.exception() is not None:
                     raise RuntimeError(f"stream failed: {query.exception()}")
-                batches = [s for s in list(processor.summaries) if not s.skipped][seen:]
-                seen += len(batches)
+                batches = [s for s in list(processor.summaries) if not s.skipped and s.batch_id > seen]
+                seen = max((b.batch_id for b in batches), default=seen)
                 secs = [b.seconds for b in batches]
                 sample = {
                     "minute": round(offset + (now - t0) / 60, 1),
