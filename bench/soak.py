@@ -18,8 +18,8 @@ from ``--maintain-from`` minutes on, in its own process, while the stream runs, 
 maintenance DAG would. ``--dedup-horizon`` shortens the horizon so the dedup catalog (the events
 within it) reaches its steady size inside the run; ``--no-zorder`` sets
 ``maintenance.zorder_events: false`` (an events table too large to rewrite whole every run);
-``--delete-consumed`` deletes each landing file once the stream's checkpoint has committed the
-batch that read it (a collector's retention: at half the sustainable rate the landing area takes
+``--delete-consumed`` deletes, at each sample, the landing files of the batches whose commit
+marker is written (a collector's retention: at half the sustainable rate the landing area takes
 ~50 GB an hour); the run ends early, saying so, when the disk has less than ``--min-free-gb``
 free. Samples go to ``bench/results/soak-<UTC start>.jsonl`` as they are taken; at the end a
 markdown table per ``--table-every`` minutes. Nothing is asserted.
@@ -141,36 +141,17 @@ def move_files(source: Path, target: Path, prefix: str) -> None:
         time.sleep(1)
 
 
-def consumed_files(checkpoint: Path) -> set[Path]:
-    """The input files of the batches the stream's checkpoint has committed (its file source
-    logs: ``sources/<n>/<batch>`` and their ``.compact`` files, one JSON entry a file)."""
-    commits = checkpoint / "commits"
-    names = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
-    if not names:
-        return set()
-    done, out = max(names), set()
-    for log in checkpoint.glob("sources/*/*"):
-        if log.name.startswith("."):
-            continue
-        try:
-            lines = log.read_text().splitlines()[1:]  # the first is the log's version
-        except FileNotFoundError:  # compacted away while this listed
-            continue
-        for line in lines:
-            entry = json.loads(line)
-            if entry["batchId"] <= done:
-                out.add(Path(unquote(urlparse(entry["path"]).path)))
-    return out
+def delete_consumed(config_path: str) -> None:
+    """Delete the landing files of the committed batches: the files each commit marker records
+    (:func:`tidemark.checkpoint.recorded_progress`, what a reset resumes from). Runs in the monitor
+    process, so its Delta read is not counted as the stream's memory."""
+    from tidemark.checkpoint import committed_markers, recorded_progress
+    from tidemark.config import load_config
 
-
-def delete_consumed(checkpoint: Path, every: float = 30.0) -> None:
-    """Delete the landing files whose batches are committed, every ``every`` seconds."""
-    deleted: set[Path] = set()
-    while True:
-        time.sleep(every)
-        for path in consumed_files(checkpoint) - deleted:
-            path.unlink(missing_ok=True)
-            deleted.add(path)
+    config = load_config(config_path)
+    _, files = recorded_progress(config, committed_markers(config))
+    for name in files:  # file:/... URIs, as Spark's file source logs them
+        Path(unquote(urlparse(name).path)).unlink(missing_ok=True)
 
 
 def phase_medians(batches: list) -> dict[str, float]:
@@ -251,8 +232,6 @@ def main() -> None:
          "--minutes", str(minutes), "--rate", str(args.rate), "--file-span", str(args.file_span)],
         stdout=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    if args.delete_consumed:
-        threading.Thread(target=delete_consumed, args=(Path(config.checkpoint),), daemon=True).start()
     spark = session()
     pid = jvm_pid(spark)
     query, processor = start_stream(spark, config, once=False, echo=lambda _m: None)
@@ -313,6 +292,8 @@ def main() -> None:
                     "disk_free_gb": round(free_gb, 1),
                 }
                 samples.append(sample)
+                if args.delete_consumed:
+                    monitor.apply(delete_consumed, (str(config_path),))
                 sink.write(json.dumps(sample) + "\n")
                 sink.flush()
                 ev = sample["tables"].get(S.EVENTS, {})

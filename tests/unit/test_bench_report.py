@@ -14,11 +14,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _report():
-    spec = importlib.util.spec_from_file_location("bench_report", REPO / "bench" / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def _bench(name: str):
+    """``bench/<name>.py`` as a module (the bench scripts import their neighbours, benchlib)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
     return module
+
+
+def _report():
+    return _bench("report")
 
 
 def test_the_docs_tables_are_the_ones_the_committed_results_give():
@@ -120,10 +129,7 @@ def test_a_tagged_run_has_its_own_block_and_never_stands_for_the_untagged_one(tm
 
 
 def _goals():
-    spec = importlib.util.spec_from_file_location("bench_goals", REPO / "bench" / "goals.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _bench("goals")
 
 
 def _peer_runs(peer_walls: list[float]) -> dict:
@@ -201,39 +207,35 @@ def test_the_soak_goal_says_what_the_run_lacked():
 
 
 def _soak():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_soak", REPO / "bench" / "soak.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "bench"))
-    return module
+    return _bench("soak")
 
 
 def test_the_soak_deletes_only_the_landing_files_of_committed_batches(tmp_path):
-    """--delete-consumed: the files the file source logged for batches up to the newest commit,
-    from its per-batch and compacted logs (paths are URIs); never a file of a batch in flight."""
+    """--delete-consumed: the files the commit markers record (URIs, as Spark logs them), never a
+    file of a batch in flight; nothing before the first commit."""
+    import pandas as pd
+    from deltalake import write_deltalake
+
+    from tidemark import schemas as S
+    from tidemark.checkpoint import normalize_file
+
     soak = _soak()
-    checkpoint, landing = tmp_path / "checkpoint", tmp_path / "landing dir"
-    log = checkpoint / "sources" / "0"
-    log.mkdir(parents=True)
-    (checkpoint / "commits").mkdir()
+    landing = tmp_path / "landing dir"
+    landing.mkdir()
+    config = soak.pipeline_config(tmp_path, "soak", landing, 2)
     files = {name: landing / f"part-{name}.jsonl" for name in ("a", "b", "c", "d")}
+    for path in files.values():
+        path.write_text("{}\n")
 
-    def entries(batch: int, *names: str) -> str:
-        return "v1\n" + "\n".join(
-            json.dumps({"path": files[n].as_uri(), "timestamp": 1, "batchId": batch}) for n in names
-        )
+    def recorded(*names: str) -> str:
+        return json.dumps({"files": sorted(normalize_file(files[n].as_uri()) for n in names)})
 
-    (log / "9.compact").write_text(entries(8, "a") + "\n" + entries(9, "b").split("\n", 1)[1])
-    (log / "10").write_text(entries(10, "c"))
-    (log / "11").write_text(entries(11, "d"))
-    (log / ".11.tmp").write_text("partial")
-    assert soak.consumed_files(checkpoint) == set()  # nothing committed yet
-    for batch in (9, 10):
-        (checkpoint / "commits" / str(batch)).write_text("v1\n{}")
-    assert soak.consumed_files(checkpoint) == {files["a"], files["b"], files["c"]}
+    soak.delete_consumed(str(tmp_path / "soak.yaml"))
+    assert all(path.exists() for path in files.values())  # nothing committed yet
+    markers = pd.DataFrame({"batch_id": [0, 1], "source_progress": [recorded("a", "b"), recorded("c")]})
+    write_deltalake(config.table_path(S.WATERMARKS), markers)
+    soak.delete_consumed(str(tmp_path / "soak.yaml"))
+    assert {name for name, path in files.items() if path.exists()} == {"d"}
 
 
 def test_the_soak_sample_gives_each_phase_median():
