@@ -50,6 +50,7 @@ from tidemark.batch_steps import (
     advance_watermark,
     close_windows,
     count_columns,
+    count_columns_per_host,
     count_per_host,
     summarize,
     track_stalls,
@@ -171,9 +172,12 @@ class BatchProcessor:
         """Step 1 (:func:`tidemark.batch_steps.count_per_host`) over the count columns of every
         row, collected as Arrow (~32 bytes a row) by deduplication's hash pass (``inp.scanned``)
         or by one Spark job here, and grouped on the driver: a quarter of what Spark's shuffle
-        costs at a million hosts (docs/benchmarks.md)."""
+        costs at a million hosts (docs/benchmarks.md). With ``spark.per_row_work: executors``
+        Spark groups them per host first, and the driver receives a row per host."""
         scanned = inp.scanned
-        if scanned is None:
+        if scanned is None and self.config.spark.per_row_work == "executors":
+            scanned = count_columns_per_host(inp.counted)  # one row per host, grouped by Spark
+        elif scanned is None:
             scanned = inp.counted.select(*count_columns()).toArrow()
         return count_per_host(scanned, inp.removed, inp.batch_ts_ms)
 

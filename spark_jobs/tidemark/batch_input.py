@@ -75,6 +75,7 @@ def read_input(
         lap=lap,
         whole=source is not None and whole_input(source.local_bytes(), source.records),
         whole_max_rows=batch_outputs.COLLECT_MAX_ROWS,
+        on_executors=config.spark.per_row_work == "executors",
     )
     cached.extend(dedup.cached)
     # Resolved by Spark: count the deduplicated rows. Resolved on the driver: count the cache as

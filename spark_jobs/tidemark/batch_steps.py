@@ -53,6 +53,7 @@ __all__ = [
     "advance_watermark",
     "close_windows",
     "count_columns",
+    "count_columns_per_host",
     "count_per_host",
     "per_host",
     "sum_partials",
@@ -275,10 +276,29 @@ def count_columns() -> list[Column]:
     ]
 
 
+def count_columns_per_host(frame: DataFrame) -> pa.Table:
+    """The count columns (:func:`count_columns`) of ``frame``'s rows grouped per host by Spark
+    (partially aggregated before the shuffle), as Arrow: one row per host of the batch instead of
+    one per row, for :func:`per_host` to group again (``spark.per_row_work: executors``)."""
+    from pyspark.sql import functions as F
+
+    return (
+        frame.select(*count_columns())
+        .groupBy("host")
+        .agg(
+            F.max("progress_ms").alias("progress_ms"),
+            *(F.sum(F.col(name).cast("long")).alias(name) for name in COUNTED),
+            F.max("upstream_lw").alias("upstream_lw"),
+        )
+        .toArrow()
+    )
+
+
 def per_host(rows: pa.Table, removed: pd.DataFrame) -> pa.Table:
-    """One row per host of the batch's count columns (:func:`count_columns`): the latest
-    progress, the counts, the upstream low watermark; each removed copy (``removed``: host,
-    event_time) takes one event off its host."""
+    """One row per host of the batch's count columns (:func:`count_columns`, a row per record or
+    already grouped per host: :func:`count_columns_per_host`): the latest progress, the counts,
+    the upstream low watermark; each removed copy (``removed``: host, event_time) takes one event
+    off its host."""
     table = rows.select(["host", "progress_ms", *COUNTED, "upstream_lw"])
     for name in COUNTED:  # the 0/1 flags, summed as counts
         table = table.set_column(table.schema.get_field_index(name), name, pc.cast(table[name], pa.int64()))

@@ -20,7 +20,9 @@ order:
   (:func:`tidemark.retries.key_hash`): the batch's hashes are sorted on the driver
   (:func:`suspects_of`, 8 bytes and a flag a row); only keys whose hash repeats are compared.
   The same Spark job collects any other per-row columns the caller asks for (the batch counts
-  its hosts from them: :attr:`DedupResult.scanned`).
+  its hosts from them: :attr:`DedupResult.scanned`). With ``spark.per_row_work: executors``
+  Spark groups the hashes instead (:func:`suspects_on_executors`) and the driver receives only
+  the suspects: on a cluster, one driver core no longer caps the input rate.
 
 Only the rows of the two suspect kinds leave the cached batch: they are collected, resolved on
 the driver (:func:`tidemark.retries.kept_mask`, the catalog's copies first) and put back beside
@@ -127,6 +129,7 @@ def deduplicate(
     lap=lambda name: None,
     whole: bool = False,
     whole_max_rows: int = 0,
+    on_executors: bool = False,
 ) -> DedupResult:
     """``batch`` (cached, with ``ingest_ts``) without the publisher retries it holds.
 
@@ -135,7 +138,9 @@ def deduplicate(
     retries). ``columns`` (named expressions over the batch) are collected per row by the same
     Spark job as the hashes and returned as :attr:`DedupResult.scanned`. ``whole`` (a small
     batch): that job collects the whole batch, and up to ``whole_max_rows`` rows it is resolved
-    on the driver (:func:`_resolve_whole`); over them, as any batch."""
+    on the driver (:func:`_resolve_whole`); over them, as any batch. ``on_executors`` (and not
+    ``whole``): Spark finds the suspect hashes (:func:`suspects_on_executors`) and nothing is
+    collected per row, so :attr:`DedupResult.scanned` is None."""
     from pyspark.sql import functions as F
 
     # A candidate's event time is at most its host's progress, so at most the highest progress:
@@ -144,13 +149,17 @@ def deduplicate(
     ceiling = progress.max_ms()
     below = _at_or_below(ceiling) if ceiling is not None else F.lit(False)
     # 1. Suspect hashes: repeated in the batch, or held by a row at or below the ceiling.
-    found, scanned = _hash_pass(batch, below, columns, whole)
-    hashed = pc.is_valid(found[HASH])
-    suspect_hashes, n_suspects = suspects_of(
-        found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
-    )
+    found, scanned = None, None
+    if on_executors and not whole:
+        suspect_hashes, n_suspects = suspects_on_executors(batch, below)
+    else:
+        found, scanned = _hash_pass(batch, below, columns, whole)
+        hashed = pc.is_valid(found[HASH])
+        suspect_hashes, n_suspects = suspects_of(
+            found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
+        )
     lap("dedup_hashes")
-    if whole and found.num_rows <= whole_max_rows and n_suspects <= DRIVER_MAX_ROWS:
+    if whole and found is not None and found.num_rows <= whole_max_rows and n_suspects <= DRIVER_MAX_ROWS:
         catalog = _Catalog(events_path, batch_id, horizon_ms)
         return _resolve_whole(found, scanned, batch, suspect_hashes, progress, catalog, lap)
     if n_suspects == 0:
@@ -281,6 +290,26 @@ def suspects_of(hashes: np.ndarray, below: np.ndarray) -> tuple[np.ndarray, int]
     held_below = np.unique(hashes[below.astype(bool)])
     alone_below = np.setdiff1d(held_below, repeated, assume_unique=True)  # one row each
     return np.union1d(repeated, alone_below), in_repeat + len(alone_below)
+
+
+def suspects_on_executors(batch: DataFrame, below: Column) -> tuple[np.ndarray, int]:
+    """:func:`suspects_of` computed by Spark over ``batch``'s :data:`HASH` column and ``below``
+    (a Column): a shuffle of the 8-byte hashes, partially aggregated, so the driver receives one
+    row per suspect hash instead of one per row (``spark.per_row_work: executors``)."""
+    from pyspark.sql import functions as F
+
+    found = (
+        batch.where(F.col(HASH).isNotNull())
+        .groupBy(HASH)
+        .agg(F.count(F.lit(1)).alias("_rows"), F.max(below.cast("int")).alias("_below"))
+        .where((F.col("_rows") > 1) | (F.col("_below") == 1))
+        .select(HASH, "_rows")
+        .toArrow()
+    )
+    if not found.num_rows:
+        return np.empty(0, np.int64), 0
+    hashes = np.sort(found[HASH].to_numpy())
+    return hashes, int(pc.sum(found["_rows"]).as_py())
 
 
 def _suspect_ranges(suspects: DataFrame, ceiling: int | None) -> list[tuple[int, int]]:

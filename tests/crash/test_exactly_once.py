@@ -138,14 +138,20 @@ def test_kills_after_each_write_inside_a_batch_lose_and_duplicate_nothing(spark,
     assert all(w.alignment == 1.0 for w in report.closed), report.table()
 
 
-def test_a_kill_between_a_large_batchs_files_and_their_commit_loses_and_duplicates_nothing(spark, tmp_path):
+@pytest.mark.parametrize("per_row_work", ["driver", "executors"])
+def test_a_kill_between_a_large_batchs_files_and_their_commit_loses_and_duplicates_nothing(
+    spark, tmp_path, per_row_work
+):
     """Batches over COLLECT_MAX_ROWS events append as Parquet files Spark writes and delta-rs
     commits (tidemark.filecommit). SIGKILL after batch 1's event files are written, before their
     commit: the restart replays the batch, writes its files again and commits them once; the
-    first attempt's files stay unreferenced (VACUUM's to remove)."""
+    first attempt's files stay unreferenced (VACUUM's to remove). With the per-row work on the
+    executors too (``spark.per_row_work``: the replay finds the same suspects and counts)."""
     from tidemark.batch_outputs import COLLECT_MAX_ROWS
 
-    config = write_config(tmp_path, name="big", source={"max_files_per_trigger": 4})
+    config = write_config(
+        tmp_path, name="big", source={"max_files_per_trigger": 4}, spark={"per_row_work": per_row_work}
+    )
     truth = generate_files(small_scenario(hosts=1000, seed=29), config.source.path)
     assert truth.unique_events / 3 > COLLECT_MAX_ROWS  # three batches of 4 files, each over it
     config_path = tmp_path / "big.yaml"

@@ -31,12 +31,13 @@ def _persisted(spark) -> int:
     return len(spark.sparkContext._jsc.getPersistentRDDs())
 
 
-@pytest.mark.parametrize("route", ["whole", "driver", "spark", "at_least_once"])
+@pytest.mark.parametrize("route", ["whole", "driver", "spark", "executors", "at_least_once"])
 def test_the_input_is_the_batch_less_its_retries_stamped_with_the_checkpoints_time(
     spark, tmp_path, monkeypatch, route
 ):
     mode = "at_least_once" if route == "at_least_once" else "exactly_once"
-    config = write_config(tmp_path, name=f"in_{route}", mode=mode)
+    per_row = "executors" if route == "executors" else "driver"
+    config = write_config(tmp_path, name=f"in_{route}", mode=mode, spark={"per_row_work": per_row})
     landing = tmp_path / "landing"
     landing.mkdir()
     lines = [
@@ -49,7 +50,7 @@ def test_the_input_is_the_batch_less_its_retries_stamped_with_the_checkpoints_ti
     (landing / "a.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     source = BatchSource(BATCH_TS, json.dumps({"files": [f"file:{landing / 'a.jsonl'}"]}))
     monkeypatch.setattr(batch_input.C, "batch_source", lambda cfg, n: source if n == 3 else None)
-    if route in ("driver", "spark"):  # suspects resolved on the driver, or by Spark
+    if route in ("driver", "spark", "executors"):  # suspects resolved on the driver, or by Spark
         monkeypatch.setattr(dedup, "WHOLE_MAX_BYTES", 0)
         monkeypatch.setattr(dedup, "DRIVER_MAX_ROWS", 0 if route == "spark" else dedup.DRIVER_MAX_ROWS)
     before = _persisted(spark)
@@ -77,6 +78,10 @@ def test_the_input_is_the_batch_less_its_retries_stamped_with_the_checkpoints_ti
         assert result is None and sorted(events) == ["e1", "e1", "e2", "e3"] and counted == 4
     else:
         assert result is not None and result.dropped == 1
+        # executors: the suspects found by Spark and resolved on the driver, nothing collected
+        # per row for the count step (Spark's resolution neither: it counts the rows it kept)
+        assert (inp.scanned is None) == (route in ("executors", "spark"))
+        assert (result.removed is None) == (route == "spark")
         assert sorted(events) == ["e1", "e2", "e3"] and counted == 3
     summary = with_retry_figures(BatchSummary(13), inp, result)
     assert summary.retries_dropped == (0 if result is None else 1)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_exactly_once, small_scenario, write_config
 
-from tidemark import dedup
+from tidemark import batch, dedup
 from tidemark.generator import generate_files
 from tidemark.stream import run_stream
 
@@ -34,13 +34,27 @@ def _files(landing: Path, batches: list[list[str]]) -> None:
         os.utime(path, (stamp, stamp))
 
 
-@pytest.fixture(params=["driver", "spark"])
+@pytest.fixture(params=["driver", "spark", "executors"])
 def resolution(request, monkeypatch):
     """Where the suspects are resolved: on the driver (the default for up to DRIVER_MAX_ROWS), or
-    by Spark (above it: a publisher replaying hours of input)."""
+    by Spark (above it: a publisher replaying hours of input); or found by Spark and resolved on
+    the driver, nothing collected per row (``spark.per_row_work: executors``; every batch past
+    the whole-batch route, which a small batch would take, and no per-row hash pass)."""
     if request.param == "spark":
         monkeypatch.setattr(dedup, "DRIVER_MAX_ROWS", 0)
+    if request.param == "executors":
+        monkeypatch.setattr(dedup, "WHOLE_MAX_BYTES", 0)
+        monkeypatch.setattr(dedup, "_hash_pass", _no_per_row_pass)
+        monkeypatch.setattr(batch, "count_columns", _no_per_row_pass)  # the per-row count collect
     return request.param
+
+
+def _no_per_row_pass(*args, **kwargs):
+    raise AssertionError("spark.per_row_work: executors collected the batch per row")
+
+
+def _spark_settings(resolution: str) -> dict:
+    return {"spark": {"per_row_work": "executors"}} if resolution == "executors" else {}
 
 
 def test_retries_across_and_within_batches_are_dropped_and_out_of_order_records_kept(
@@ -53,7 +67,11 @@ def test_retries_across_and_within_batches_are_dropped_and_out_of_order_records_
     e = _record("e", "h1", t0 + 3000)
     y = _record("y", "h2", t0 + 600)
     config = write_config(
-        tmp_path, name=f"dd-{resolution}", source={"max_files_per_trigger": 1}, watermark={"precision": 0.5}
+        tmp_path,
+        name=f"dd-{resolution}",
+        source={"max_files_per_trigger": 1},
+        watermark={"precision": 0.5},
+        **_spark_settings(resolution),
     )
     _files(
         Path(config.source.path),
@@ -74,7 +92,7 @@ def test_retries_across_and_within_batches_are_dropped_and_out_of_order_records_
 
 
 def test_the_scenario_is_stored_exactly_once_either_way(spark, tmp_path, resolution):
-    config = write_config(tmp_path, name=f"sc-{resolution}")
+    config = write_config(tmp_path, name=f"sc-{resolution}", **_spark_settings(resolution))
     truth = generate_files(small_scenario(max_retry_copies=2, seed=29), config.source.path)
     processor = run_stream(spark, config, once=True, echo=lambda m: None)
     assert_exactly_once(spark, config, truth)

@@ -95,7 +95,7 @@ def assert_same(one: dict[str, Counter], other: dict[str, Counter]) -> None:
 
 
 def stream_with(
-    spark,
+    session,
     root: Path,
     landing: Path,
     name: str,
@@ -115,7 +115,7 @@ def stream_with(
         **overrides,
     )
     shutil.copytree(landing, config.source.path, copy_function=shutil.copy2)
-    processor = run_stream(spark, config, once=True, echo=lambda m: None)
+    processor = run_stream(session, config, once=True, echo=lambda m: None)
     return config, [s for s in processor.summaries if not s.skipped]
 
 
@@ -237,6 +237,37 @@ def test_the_spark_resolved_path_keeps_the_same_records(spark, tmp_path, resolut
     ids = Counter(e.event_id for e in contents(config)["events"])
     assert (ids["dup-in"], ids["dup-x"], ids["reuse-in"], ids["reuse-x"], ids["dup-far"]) == (1, 1, 2, 2, 2)
     assert_every_window_explained(spark, config, t0, t0 + 6 * MINUTE)
+
+
+def test_per_row_work_on_the_executors_writes_what_the_driver_writes(spark, tmp_path, monkeypatch):
+    """``spark.per_row_work: executors``: Spark finds the suspects and groups the counts per host
+    (no per-row collect: the driver's hash pass would fail here); every table holds what the
+    driver's way writes, and every window is explained by the recompute. Batches past the
+    whole-batch route, which a small batch takes either way."""
+    t0 = start_ms()
+    landing = tmp_path / "in"
+    land(landing, cut_input(t0))
+    monkeypatch.setattr(dedup, "WHOLE_MAX_BYTES", 0)
+    seen = {}
+    for where in ("driver", "executors"):
+        if where == "executors":
+            monkeypatch.setattr(dedup, "_hash_pass", _no_per_row_pass)
+        config, batches = stream_with(
+            spark, tmp_path, landing, f"prw-{where}", 2, dedup_horizon="150s", spark={"per_row_work": where}
+        )
+        assert not any("dedup_whole" in s.phases for s in batches)
+        figures = [
+            (s.events, s.heartbeats, s.quarantined, s.late, s.retries_dropped, s.retries_looked_up)
+            for s in batches
+        ] + [(s.out_of_order, s.hosts_reporting, s.watermark, s.windows_closed) for s in batches]
+        seen[where] = contents(config), figures
+        assert_every_window_explained(spark, config, t0, t0 + 6 * MINUTE)
+    assert_same(seen["driver"][0], seen["executors"][0])
+    assert seen["driver"][1] == seen["executors"][1]
+
+
+def _no_per_row_pass(*args, **kwargs):
+    raise AssertionError("spark.per_row_work: executors collected the batch's hashes per row")
 
 
 def test_a_small_batch_cut_on_the_driver_writes_what_the_spark_path_writes(spark, tmp_path, monkeypatch):
