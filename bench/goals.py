@@ -133,7 +133,7 @@ def _duration_s(text: str) -> float:
 def hosts_rows(data: dict) -> list[list[str]]:
     import hosts_scale
 
-    rounds = [hosts_scale.Run(**r) for r in data["runs"]]
+    rounds = hosts_scale.driver_runs(data)
     sizes = [int(h) for h in data["args"]["hosts"].split(",")]
     base, top = sizes[0], sizes[-1]
     ratios = hosts_scale.paired_ratios(rounds, base, top)

@@ -1,7 +1,7 @@
 """Batch time against the number of hosts: the same events per batch from 10k, 100k and 1M hosts.
 
     .venv/bin/python bench/hosts_scale.py [--hosts 10000,100000,1000000] [--lines-per-batch 500000]
-        [--batches 10] [--rounds 2] [--mode exactly_once]
+        [--batches 10] [--rounds 2] [--mode exactly_once] [--per-row-work driver,executors]
 
 For every host count, one scenario is generated whose 30-second files hold ``--lines-per-batch``
 lines (10k hosts x 100 events a minute, 100k x 10, 1M x 1; 1% publisher retries, no lagging
@@ -13,6 +13,11 @@ host-progress log held at the end, and the RSS of the driver JVM and of the Pyth
 the run. The goal (issue 21): the batch
 time at 1M hosts at most 1.5x the batch time at 10k. Markdown out, raw figures to
 ``bench/results/hosts_scale-<UTC date>.json``; nothing is asserted.
+
+``--per-row-work driver,executors`` runs each host count both ways (``spark.per_row_work``) in
+the same rounds, in alternating order: the Python driver's CPU per million lines of each, and the
+paired ratio of their steady batch medians. The host-count goal is graded on the ``driver`` runs
+(the default).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class Run:
     # driver's share of the per-row work (hash collection, per-host grouping, window state)
     py_cpu_s: float = 0.0
     rows: int = 0
+    per_row_work: str = "driver"  # spark.per_row_work of the run
 
     @property
     def steady(self) -> list[float]:
@@ -81,10 +87,14 @@ def scenario(hosts: int, lines_per_batch: int, batches: int) -> Scenario:
     )
 
 
-def run_once(spark, hosts: int, round_: int, root: Path, landing: Path, k: int, mode: str) -> Run:
+def run_once(
+    spark, hosts: int, round_: int, root: Path, landing: Path, k: int, mode: str, where: str = "driver"
+) -> Run:
     from deltalake import DeltaTable
 
-    config = pipeline_config(root / f"h{hosts}", "scale", landing, k, mode=mode)
+    config = pipeline_config(
+        root / f"h{hosts}-{where}", "scale", landing, k, mode=mode, spark={"per_row_work": where}
+    )
     cpu = time.process_time()
     started = time.monotonic()
     query, processor = start_stream(spark, config, once=True, echo=lambda _line: None)
@@ -103,6 +113,7 @@ def run_once(spark, hosts: int, round_: int, root: Path, landing: Path, k: int, 
     run.jvm_rss_mb = rss_kb(jvm_pid(spark))[0] / 1024
     run.py_rss_mb = rss_kb()[0] / 1024
     run.py_cpu_s, run.rows = cpu, sum(size)
+    run.per_row_work = where
     return run
 
 
@@ -159,6 +170,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--mode", default="exactly_once", choices=("exactly_once", "at_least_once"))
+    parser.add_argument("--per-row-work", default="driver", help="spark.per_row_work values, comma-separated")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "hosts_scale")
     args = parser.parse_args()
     sizes = [int(h) for h in args.hosts.split(",")]
@@ -177,15 +189,17 @@ def main() -> None:
         )
     spark = session()
     rounds: list[Run] = []
+    wheres = args.per_row_work.split(",")
     for r in range(args.rounds):
-        order = sizes if r % 2 == 0 else sizes[::-1]
-        for hosts in order:
+        runs = [(h, w) for h in sizes for w in wheres]
+        for hosts, where in runs if r % 2 == 0 else runs[::-1]:
             landing, k = landings[hosts]
-            run = run_once(spark, hosts, r + 1, args.workdir / f"round{r + 1}", landing, k, args.mode)
+            run = run_once(spark, hosts, r + 1, args.workdir / f"round{r + 1}", landing, k, args.mode, where)
             rounds.append(run)
             print(
-                f"round {r + 1}, {hosts:,} hosts: {run.wall_s:.1f}s, {len(run.batch_s)} batches, "
-                f"steady median {median(run.steady):.2f}s ({load_line()})",
+                f"round {r + 1}, {hosts:,} hosts, per-row work on the {where}: {run.wall_s:.1f}s, "
+                f"{len(run.batch_s)} batches, steady median {median(run.steady):.2f}s, Python CPU "
+                f"{run.py_cpu_s / max(run.rows, 1) * 1e6:.2f}s per M lines ({load_line()})",
                 flush=True,
             )
     out = write_results("hosts_scale", args, runs=[asdict(r) for r in rounds])
@@ -249,12 +263,52 @@ def driver_table(rounds: list[Run], sizes: list[int]) -> str:
     )
 
 
+def per_row_work(data: dict) -> list[str]:
+    """The ``spark.per_row_work`` values a results file ran (older files: the driver only)."""
+    return data["args"].get("per_row_work", "driver").split(",")
+
+
+def driver_runs(data: dict) -> list[Run]:
+    """The runs with the per-row work on the driver (the default), which the goal grades."""
+    return [r for r in (Run(**r) for r in data["runs"]) if r.per_row_work == "driver"]
+
+
+def where_table(rounds: list[Run], sizes: list[int], wheres: list[str]) -> str:
+    """Per host count and ``spark.per_row_work``: the Python driver's CPU per million lines
+    (median and spread over the rounds), the input rate that saturates one driver core at that,
+    and the steady batch median over the driver way's of the same round (paired)."""
+    by: dict[tuple[int, str, int], Run] = {(r.hosts, r.per_row_work, r.round): r for r in rounds}
+    rows = []
+    for hosts in sizes:
+        for where in wheres:
+            per_m = [
+                r.py_cpu_s / r.rows * 1e6
+                for r in rounds
+                if (r.hosts, r.per_row_work) == (hosts, where) and r.rows
+            ]
+            ratios = [
+                median(run.steady) / median(by[(hosts, "driver", n)].steady)
+                for (h, w, n), run in by.items()
+                if (h, w) == (hosts, where) and (hosts, "driver", n) in by
+            ]
+            paired = f"{median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
+            rows.append([f"{hosts:,}", where, f"{median(per_m):.2f}", f"{min(per_m):.2f}-{max(per_m):.2f}",
+                         f"{1e6 / median(per_m):,.0f}", paired])  # fmt: skip
+    return md_table(
+        ["hosts", "per-row work on the", "Python driver CPU s per M lines (median)", "spread",
+         "lines/s that saturate one driver core", "steady batch vs the driver way, same round"],
+        rows, "llrrrr",
+    )  # fmt: skip
+
+
 def render(data: dict) -> str:
     """The tables of one results file (also what ``bench/report.py`` puts in the docs): each host
     count's median round (by its steady batch median), the paired per-round ratios, and the
-    driver's CPU share."""
+    driver's CPU share, over the runs with the per-row work on the driver; with both ways run,
+    the two side by side."""
     args = data["args"]
-    rounds = [Run(**r) for r in data["runs"]]
+    everything = [Run(**r) for r in data["runs"]]
+    rounds = driver_runs(data)
     sizes = [int(h) for h in args["hosts"].split(",")]
     mid = {}
     for h in sizes:
@@ -268,6 +322,13 @@ def render(data: dict) -> str:
     ]
     if any(r.rows for r in rounds):
         parts.append("The Python driver's share:\n\n" + driver_table(rounds, sizes))
+    wheres = per_row_work(data)
+    if len(wheres) > 1:
+        parts[0] = "The runs with the per-row work on the driver (the default). " + parts[0]
+        parts.append(
+            "The per-row work on the driver and on the executors (`spark.per_row_work`), the same "
+            "rounds:\n\n" + where_table(everything, sizes, wheres)
+        )
     return "\n\n".join(parts)
 
 
