@@ -270,6 +270,13 @@ def rss_kb(pid: int | str = "self") -> tuple[int, int]:
     return values["VmRSS"], values["VmHWM"]
 
 
+def cpu_s(pid: int | str = "self") -> float:
+    """A process's CPU seconds so far (user + system, all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def jvm_pid(spark: SparkSession) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import (
     DEFAULT_WORKDIR,
+    cpu_s,
     jvm_pid,
     load_line,
     machine_line,
@@ -68,6 +69,10 @@ class Run:
     py_cpu_s: float = 0.0
     rows: int = 0
     per_row_work: str = "driver"  # spark.per_row_work of the run
+    # the driver JVM's CPU seconds over the run: on a cluster (``master`` not local) the driver
+    # alone; in local mode it holds the executors' work too
+    jvm_cpu_s: float = 0.0
+    master: str = "local[2]"
 
     @property
     def steady(self) -> list[float]:
@@ -95,12 +100,15 @@ def run_once(
     config = pipeline_config(
         root / f"h{hosts}-{where}", "scale", landing, k, mode=mode, spark={"per_row_work": where}
     )
+    jvm = jvm_pid(spark)
+    jvm_cpu = cpu_s(jvm)
     cpu = time.process_time()
     started = time.monotonic()
     query, processor = start_stream(spark, config, once=True, echo=lambda _line: None)
     query.awaitTermination()
     wall = time.monotonic() - started
     cpu = time.process_time() - cpu
+    jvm_cpu = cpu_s(jvm) - jvm_cpu
     done = [s for s in processor.summaries if not s.skipped]
     size = [s.events + s.heartbeats + s.quarantined + s.retries_dropped for s in done]
     full = [s for s, n in zip(done, size, strict=True) if n >= FULL * max(size)]
@@ -113,7 +121,7 @@ def run_once(
     run.jvm_rss_mb = rss_kb(jvm_pid(spark))[0] / 1024
     run.py_rss_mb = rss_kb()[0] / 1024
     run.py_cpu_s, run.rows = cpu, sum(size)
-    run.per_row_work = where
+    run.per_row_work, run.jvm_cpu_s, run.master = where, jvm_cpu, spark.sparkContext.master
     return run
 
 
@@ -172,6 +180,7 @@ def main() -> None:
     parser.add_argument("--mode", default="exactly_once", choices=("exactly_once", "at_least_once"))
     parser.add_argument("--per-row-work", default="driver", help="spark.per_row_work values, comma-separated")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "hosts_scale")
+    parser.add_argument("--tag", default="", help="results file suffix (report: hosts_scale@TAG)")
     args = parser.parse_args()
     sizes = [int(h) for h in args.hosts.split(",")]
     print(f"machine: {machine_line()}", flush=True)
@@ -278,6 +287,8 @@ def where_table(rounds: list[Run], sizes: list[int], wheres: list[str]) -> str:
     (median and spread over the rounds), the input rate that saturates one driver core at that,
     and the steady batch median over the driver way's of the same round (paired)."""
     by: dict[tuple[int, str, int], Run] = {(r.hosts, r.per_row_work, r.round): r for r in rounds}
+    # on a cluster the driver JVM runs no tasks: its CPU is the driver's share too
+    cluster = any(not r.master.startswith("local") and r.rows for r in rounds)
     rows = []
     for hosts in sizes:
         for where in wheres:
@@ -292,13 +303,23 @@ def where_table(rounds: list[Run], sizes: list[int], wheres: list[str]) -> str:
                 if (h, w) == (hosts, where) and (hosts, "driver", n) in by
             ]
             paired = f"{median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
-            rows.append([f"{hosts:,}", where, f"{median(per_m):.2f}", f"{min(per_m):.2f}-{max(per_m):.2f}",
-                         f"{1e6 / median(per_m):,.0f}", paired])  # fmt: skip
-    return md_table(
-        ["hosts", "per-row work on the", "Python driver CPU s per M lines (median)", "spread",
-         "lines/s that saturate one driver core", "steady batch vs the driver way, same round"],
-        rows, "llrrrr",
-    )  # fmt: skip
+            row = [f"{hosts:,}", where, f"{median(per_m):.2f}", f"{min(per_m):.2f}-{max(per_m):.2f}",
+                   f"{1e6 / median(per_m):,.0f}", paired]  # fmt: skip
+            if cluster:
+                jvm = [
+                    r.jvm_cpu_s / r.rows * 1e6
+                    for r in rounds
+                    if (r.hosts, r.per_row_work) == (hosts, where) and r.rows
+                ]
+                row.append(f"{median(jvm):.2f} ({min(jvm):.2f}-{max(jvm):.2f})")
+            rows.append(row)
+    headers = [
+        *("hosts", "per-row work on the", "Python driver CPU s per M lines (median)", "spread"),
+        *("lines/s that saturate one driver core", "steady batch vs the driver way, same round"),
+    ]
+    if cluster:
+        headers.append("driver JVM CPU s per M lines (median, spread)")
+    return md_table(headers, rows, "ll" + "r" * (len(headers) - 2))
 
 
 def render(data: dict) -> str:

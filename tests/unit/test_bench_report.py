@@ -20,6 +20,7 @@ def _bench(name: str):
     try:
         spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(REPO / "bench"))
@@ -251,3 +252,50 @@ def test_the_soak_sample_gives_each_phase_median():
     ]
     assert soak.phase_medians(batches) == {"dedup_hashes": 3.0, "write_events": 2.0}
     assert soak.phase_medians([]) == {}
+
+
+def _hosts_run(hosts: int, where: str, round_: int, steady: float, py_cpu: float, master="local[2]") -> dict:
+    return {
+        "hosts": hosts,
+        "round": round_,
+        "wall_s": 10.0,
+        "batch_s": [9.0, steady, steady],
+        "rows": 1_000_000,
+        "py_cpu_s": py_cpu,
+        "jvm_cpu_s": py_cpu / 2,
+        "per_row_work": where,
+        "master": master,
+    }
+
+
+def test_the_hosts_bench_gives_each_way_and_grades_the_goal_on_the_drivers():
+    """hosts_scale --per-row-work driver,executors: each way's Python CPU per million lines and
+    the paired batch ratio against the driver way of the same round; the host-count goal is
+    graded on the driver runs only (the executors' slower batches would fail it)."""
+    scale, goals = _bench("hosts_scale"), _goals()
+    runs = []
+    for n in (1, 2, 3):
+        runs += [
+            _hosts_run(10_000, "driver", n, 4.0, 2.0),
+            _hosts_run(10_000, "executors", n, 4.0 + n, 0.5),
+            _hosts_run(1_000_000, "driver", n, 5.0, 4.0),
+            _hosts_run(1_000_000, "executors", n, 20.0, 1.0),
+        ]
+    data = {
+        "commit": "abc1234",
+        "args": {"hosts": "10000,1000000", "mode": "exactly_once", "lines_per_batch": 500_000, "rounds": 3,
+                 "per_row_work": "driver,executors"},
+        "runs": runs,
+    }  # fmt: skip
+    text = scale.render(data)
+    assert "| 10,000 | executors | 0.50 | 0.50-0.50 | 2,000,000 | 1.50x (1.25-1.75) |" in text
+    assert "| 1,000,000 | driver | 4.00 | 4.00-4.00 | 250,000 | 1.00x (1.00-1.00) |" in text
+    assert "driver JVM CPU" not in text  # local mode: the JVM's CPU holds the executors' work
+    (row,) = goals.hosts_rows(data)
+    assert row[1].startswith("1.25x (1.25-1.25, 3 rounds)") and row[3] == "met"
+    for run in runs:
+        run["master"] = "spark://127.0.0.1:7177"
+    assert (
+        "| 1,000,000 | executors | 1.00 | 1.00-1.00 | 1,000,000 | 4.00x (4.00-4.00) | 0.50 (0.50-0.50) |"
+        in (scale.render(data))
+    )
