@@ -159,8 +159,9 @@ def deduplicate(
             found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
         )
     lap("dedup_hashes")
+    # executors: the catalog is read by Spark's Delta reader (on the executors), not on the driver
+    catalog = _Catalog(events_path, batch_id, horizon_ms, spark if on_executors else None)
     if whole and found is not None and found.num_rows <= whole_max_rows and n_suspects <= DRIVER_MAX_ROWS:
-        catalog = _Catalog(events_path, batch_id, horizon_ms)
         return _resolve_whole(found, scanned, batch, suspect_hashes, progress, catalog, lap)
     if n_suspects == 0:
         # A record behind its host's progress is at or below the ceiling: a suspect. None here.
@@ -169,7 +170,6 @@ def deduplicate(
     on_hash = F.col(HASH) == F.col("_suspect")
     clean = batch.join(F.broadcast(hashes), on_hash, "left_anti")
     suspects = batch.join(F.broadcast(hashes), on_hash, "left_semi")
-    catalog = _Catalog(events_path, batch_id, horizon_ms)
     if n_suspects <= DRIVER_MAX_ROWS:
         return _resolve_on_the_driver(spark, batch, clean, suspects, progress, catalog, scanned, lap)
     # Many suspects: Spark resolves them, looking every one up in the catalog (a suspect that is
@@ -378,6 +378,9 @@ class _Catalog:
     path: str
     batch_id: int
     horizon_ms: int
+    # Set: :meth:`stored` reads the catalog with Spark (``spark.per_row_work: executors``), so the
+    # files' decoding runs on the executors; None: with delta-rs on the driver.
+    spark: SparkSession | None = None
 
     def lookup_filter(self, ranges: list[tuple[int, int]], since_ms: int | None = None, names=()):
         """The catalog rows a lookup may match: earlier batches, event time in one of ``ranges``
@@ -403,15 +406,27 @@ class _Catalog:
     def stored(self, candidates: pd.DataFrame, ranges: list[tuple[int, int]]) -> pd.DataFrame:
         """The catalog's copies of ``candidates`` (rows with :data:`tidemark.retries.RETRY_KEY`
         and ``arrival_ms``, event times in ``ranges``): the key and ``last_ms``, the copy's
-        arrival (delta-rs, on the driver)."""
-        import pyarrow.dataset as ds
-
+        arrival (delta-rs, on the driver; with :attr:`spark`, :meth:`stored_spark` over the
+        candidates, the latest copy's arrival per key)."""
         key = list(retries.RETRY_KEY)
         none = pd.DataFrame(
             {"host": pd.Series(dtype="object"), "event_id": pd.Series(dtype="object")}
         ).assign(event_time=pd.Series(dtype="int64"), last_ms=pd.Series(dtype="int64"))
         if candidates.empty or not ranges or not T.table_exists(self.path):
             return none
+        if self.spark is not None:
+            wanted = pa.Table.from_pandas(candidates[[*key, "arrival_ms"]], preserve_index=False)
+            by_spark = self.stored_spark(self.spark, self.spark.createDataFrame(wanted), ranges)
+            return none if by_spark is None else by_spark.toArrow().to_pandas()
+        found = self._read_locally(candidates, ranges)
+        return none if found is None else found.merge(candidates[key].drop_duplicates(), on=key)
+
+    def _read_locally(self, candidates: pd.DataFrame, ranges: list[tuple[int, int]]) -> pd.DataFrame | None:
+        """The catalog rows of ``candidates``' ids in ``ranges``, read with delta-rs on the
+        driver: the key and ``last_ms``; None when there are none."""
+        import pyarrow.dataset as ds
+
+        key = list(retries.RETRY_KEY)
         dataset = T.open_table(self.path).to_pyarrow_dataset()
         names = dataset.schema.names
         since = int(candidates["arrival_ms"].min()) - self.horizon_ms
@@ -421,13 +436,13 @@ class _Catalog:
             columns=columns, filter=self.lookup_filter(ranges, since, names) & ds.field("event_id").isin(ids)
         ).to_pandas()
         if found.empty:
-            return none
+            return None
         ingested = T.epoch_ms(found["ingest_ts"]).astype("int64")
         if "arrival_ms" in found:  # rows stored before the column existed: their ingest time
             found["last_ms"] = found["arrival_ms"].astype("float64").fillna(ingested).astype("int64")
         else:
             found["last_ms"] = ingested
-        return found[[*key, "last_ms"]].merge(candidates[key].drop_duplicates(), on=key)
+        return found[[*key, "last_ms"]]
 
     def stored_spark(
         self, spark: SparkSession, suspects: DataFrame, ranges: list[tuple[int, int]]

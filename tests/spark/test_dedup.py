@@ -37,15 +37,16 @@ def _files(landing: Path, batches: list[list[str]]) -> None:
 @pytest.fixture(params=["driver", "spark", "executors"])
 def resolution(request, monkeypatch):
     """Where the suspects are resolved: on the driver (the default for up to DRIVER_MAX_ROWS), or
-    by Spark (above it: a publisher replaying hours of input); or found by Spark and resolved on
-    the driver, nothing collected per row (``spark.per_row_work: executors``; every batch past
-    the whole-batch route, which a small batch would take, and no per-row hash pass)."""
+    by Spark (above it: a publisher replaying hours of input); or found by Spark, the catalog read
+    by Spark, and resolved on the driver, nothing collected per row (``spark.per_row_work:
+    executors``; every batch past the whole-batch route, which a small batch would take)."""
     if request.param == "spark":
         monkeypatch.setattr(dedup, "DRIVER_MAX_ROWS", 0)
     if request.param == "executors":
         monkeypatch.setattr(dedup, "WHOLE_MAX_BYTES", 0)
         monkeypatch.setattr(dedup, "_hash_pass", _no_per_row_pass)
         monkeypatch.setattr(batch, "count_columns", _no_per_row_pass)  # the per-row count collect
+        monkeypatch.setattr(dedup._Catalog, "_read_locally", _no_per_row_pass)  # delta-rs lookup
     return request.param
 
 

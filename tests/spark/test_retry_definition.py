@@ -240,10 +240,10 @@ def test_the_spark_resolved_path_keeps_the_same_records(spark, tmp_path, resolut
 
 
 def test_per_row_work_on_the_executors_writes_what_the_driver_writes(spark, tmp_path, monkeypatch):
-    """``spark.per_row_work: executors``: Spark finds the suspects and groups the counts per host
-    (no per-row collect: the driver's hash pass would fail here); every table holds what the
-    driver's way writes, and every window is explained by the recompute. Batches past the
-    whole-batch route, which a small batch takes either way."""
+    """``spark.per_row_work: executors``: Spark finds the suspects, reads the catalog and groups
+    the counts per host (the driver's hash pass and catalog read would fail here); every table
+    holds what the driver's way writes, and every window is explained by the recompute. Batches
+    past the whole-batch route, which a small batch takes either way."""
     t0 = start_ms()
     landing = tmp_path / "in"
     land(landing, cut_input(t0))
@@ -252,6 +252,7 @@ def test_per_row_work_on_the_executors_writes_what_the_driver_writes(spark, tmp_
     for where in ("driver", "executors"):
         if where == "executors":
             monkeypatch.setattr(dedup, "_hash_pass", _no_per_row_pass)
+            monkeypatch.setattr(dedup._Catalog, "_read_locally", _no_per_row_pass)
         config, batches = stream_with(
             spark, tmp_path, landing, f"prw-{where}", 2, dedup_horizon="150s", spark={"per_row_work": where}
         )
@@ -267,7 +268,7 @@ def test_per_row_work_on_the_executors_writes_what_the_driver_writes(spark, tmp_
 
 
 def _no_per_row_pass(*args, **kwargs):
-    raise AssertionError("spark.per_row_work: executors collected the batch's hashes per row")
+    raise AssertionError("spark.per_row_work: executors did per-row work on the driver")
 
 
 def test_a_small_batch_cut_on_the_driver_writes_what_the_spark_path_writes(spark, tmp_path, monkeypatch):
