@@ -21,8 +21,10 @@ order:
   (:func:`suspects_of`, 8 bytes and a flag a row); only keys whose hash repeats are compared.
   The same Spark job collects any other per-row columns the caller asks for (the batch counts
   its hosts from them: :attr:`DedupResult.scanned`). With ``spark.per_row_work: executors``
-  Spark groups the hashes instead (:func:`suspects_on_executors`) and the driver receives only
-  the suspects: on a cluster, one driver core no longer caps the input rate.
+  Spark groups the hashes instead (:func:`suspects_on_executors`), the catalog is read by Spark
+  (the files decoded on the executors), and the driver receives only the suspects and what the
+  catalog holds of them: on a cluster, one driver core caps the input rate far higher
+  (docs/benchmarks.md). A small batch collected whole stays on the driver either way.
 
 Only the rows of the two suspect kinds leave the cached batch: they are collected, resolved on
 the driver (:func:`tidemark.retries.kept_mask`, the catalog's copies first) and put back beside
@@ -139,8 +141,9 @@ def deduplicate(
     Spark job as the hashes and returned as :attr:`DedupResult.scanned`. ``whole`` (a small
     batch): that job collects the whole batch, and up to ``whole_max_rows`` rows it is resolved
     on the driver (:func:`_resolve_whole`); over them, as any batch. ``on_executors`` (and not
-    ``whole``): Spark finds the suspect hashes (:func:`suspects_on_executors`) and nothing is
-    collected per row, so :attr:`DedupResult.scanned` is None."""
+    ``whole``): Spark finds the suspect hashes (:func:`suspects_on_executors`) and reads the
+    catalog (:attr:`_Catalog.spark`); nothing is collected per row, so
+    :attr:`DedupResult.scanned` is None, and the driver receives the suspects only."""
     from pyspark.sql import functions as F
 
     # A candidate's event time is at most its host's progress, so at most the highest progress:
@@ -159,10 +162,13 @@ def deduplicate(
             found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
         )
     lap("dedup_hashes")
+    if whole and found is not None and found.num_rows <= whole_max_rows and n_suspects <= DRIVER_MAX_ROWS:
+        # a small batch stays on the driver whole, its catalog lookup too (a Spark read costs
+        # more than the few rows it looks for)
+        catalog = _Catalog(events_path, batch_id, horizon_ms)
+        return _resolve_whole(found, scanned, batch, suspect_hashes, progress, catalog, lap)
     # executors: the catalog is read by Spark's Delta reader (on the executors), not on the driver
     catalog = _Catalog(events_path, batch_id, horizon_ms, spark if on_executors else None)
-    if whole and found is not None and found.num_rows <= whole_max_rows and n_suspects <= DRIVER_MAX_ROWS:
-        return _resolve_whole(found, scanned, batch, suspect_hashes, progress, catalog, lap)
     if n_suspects == 0:
         # A record behind its host's progress is at or below the ceiling: a suspect. None here.
         return DedupResult(batch, 0, 0, removed=NO_REMOVED, out_of_order=NO_OUT_OF_ORDER, scanned=scanned)
