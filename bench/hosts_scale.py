@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/hosts_scale.py [--hosts 10000,100000,1000000] [--lines-per-batch 500000]
         [--batches 10] [--rounds 2] [--mode exactly_once] [--per-row-work driver,executors]
+        [--files-per-trigger 1] [--tag TAG]
 
 For every host count, one scenario is generated whose 30-second files hold ``--lines-per-batch``
 lines (10k hosts x 100 events a minute, 100k x 10, 1M x 1; 1% publisher retries, no lagging
@@ -15,9 +16,11 @@ time at 1M hosts at most 1.5x the batch time at 10k. Markdown out, raw figures t
 ``bench/results/hosts_scale-<UTC date>.json``; nothing is asserted.
 
 ``--per-row-work driver,executors`` runs each host count both ways (``spark.per_row_work``) in
-the same rounds, in alternating order: the Python driver's CPU per million lines of each, and the
+the same rounds, in alternating order: the Python driver's CPU per million lines of each (and per
+batch phase: the CPU of the Python process, all its threads, between the phase's laps), and the
 paired ratio of their steady batch medians. The host-count goal is graded on the ``driver`` runs
-(the default).
+(the default). ``--files-per-trigger 5`` reads five 30-second files a batch (2.5M lines), where a
+batch's fixed costs weigh less per line.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -73,6 +77,7 @@ class Run:
     # alone; in local mode it holds the executors' work too
     jvm_cpu_s: float = 0.0
     master: str = "local[2]"
+    phase_cpu_s: dict[str, float] = field(default_factory=dict)  # the Python CPU per phase, summed
 
     @property
     def steady(self) -> list[float]:
@@ -104,8 +109,9 @@ def run_once(
     jvm_cpu = cpu_s(jvm)
     cpu = time.process_time()
     started = time.monotonic()
-    query, processor = start_stream(spark, config, once=True, echo=lambda _line: None)
-    query.awaitTermination()
+    with phase_cpu() as per_phase:
+        query, processor = start_stream(spark, config, once=True, echo=lambda _line: None)
+        query.awaitTermination()
     wall = time.monotonic() - started
     cpu = time.process_time() - cpu
     jvm_cpu = cpu_s(jvm) - jvm_cpu
@@ -122,7 +128,34 @@ def run_once(
     run.py_rss_mb = rss_kb()[0] / 1024
     run.py_cpu_s, run.rows = cpu, sum(size)
     run.per_row_work, run.jvm_cpu_s, run.master = where, jvm_cpu, spark.sparkContext.master
+    run.phase_cpu_s = {name: round(v, 3) for name, v in per_phase.items()}
     return run
+
+
+@contextmanager
+def phase_cpu():
+    """Sums the Python process's CPU (``time.process_time``: every thread, not the JVM) between
+    the laps of each batch phase (:class:`tidemark.batch_steps.Phases`) while it is open."""
+    from tidemark import batch_steps
+
+    sums: dict[str, float] = {}
+    init, lap = batch_steps.Phases.__init__, batch_steps.Phases.lap
+
+    def timed_init(self) -> None:
+        init(self)
+        self._cpu = time.process_time()
+
+    def timed_lap(self, name: str) -> None:
+        lap(self, name)
+        now = time.process_time()
+        sums[name] = sums.get(name, 0.0) + now - self._cpu
+        self._cpu = now
+
+    batch_steps.Phases.__init__, batch_steps.Phases.lap = timed_init, timed_lap
+    try:
+        yield sums
+    finally:
+        batch_steps.Phases.__init__, batch_steps.Phases.lap = init, lap
 
 
 def table(runs: dict[int, Run], base: int) -> str:
@@ -181,6 +214,7 @@ def main() -> None:
     parser.add_argument("--per-row-work", default="driver", help="spark.per_row_work values, comma-separated")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR / "hosts_scale")
     parser.add_argument("--tag", default="", help="results file suffix (report: hosts_scale@TAG)")
+    parser.add_argument("--files-per-trigger", type=int, default=1, help="30-second files a batch")
     args = parser.parse_args()
     sizes = [int(h) for h in args.hosts.split(",")]
     print(f"machine: {machine_line()}", flush=True)
@@ -190,7 +224,7 @@ def main() -> None:
         landing = args.workdir / f"landing-{hosts}"
         t0 = time.monotonic()
         truth = generate_files(scenario(hosts, args.lines_per_batch, args.batches), landing)
-        landings[hosts] = (landing, 1)  # one 30-second file a batch
+        landings[hosts] = (landing, args.files_per_trigger)  # 30-second files
         print(
             f"input {hosts:,} hosts: {truth.lines:,} lines in {truth.files} files, "
             f"generated in {time.monotonic() - t0:.0f}s",
@@ -322,6 +356,21 @@ def where_table(rounds: list[Run], sizes: list[int], wheres: list[str]) -> str:
     return md_table(headers, rows, "ll" + "r" * (len(headers) - 2))
 
 
+def phase_cpu_table(rounds: list[Run], sizes: list[int], wheres: list[str]) -> str:
+    """The Python driver's CPU per million lines in each batch phase, median over the rounds, per
+    host count and ``spark.per_row_work`` (phases of at least 0.02 s per M lines somewhere)."""
+    columns = [(h, w) for h in sizes for w in wheres]
+    per_m: dict[tuple[int, str], dict[str, float]] = {}
+    for h, w in columns:
+        runs = [r for r in rounds if (r.hosts, r.per_row_work) == (h, w) and r.rows and r.phase_cpu_s]
+        names = {n for r in runs for n in r.phase_cpu_s}
+        per_m[(h, w)] = {n: median([r.phase_cpu_s.get(n, 0.0) / r.rows * 1e6 for r in runs]) for n in names}
+    names = sorted({n for v in per_m.values() for n, x in v.items() if x >= 0.02}, key=lambda n: -max(
+        v.get(n, 0.0) for v in per_m.values()))  # fmt: skip
+    rows = [[n, *(f"{per_m[c].get(n, 0.0):.2f}" for c in columns)] for n in names]
+    return md_table(["phase: Python CPU s per M lines", *(f"{h:,} hosts, {w}" for h, w in columns)], rows)
+
+
 def render(data: dict) -> str:
     """The tables of one results file (also what ``bench/report.py`` puts in the docs): each host
     count's median round (by its steady batch median), the paired per-round ratios, and the
@@ -336,7 +385,8 @@ def render(data: dict) -> str:
         runs = sorted((r for r in rounds if r.hosts == h), key=lambda r: median(r.steady))
         mid[h] = runs[(len(runs) - 1) // 2]
     parts = [
-        f"{args['mode']}, {int(args['lines_per_batch']):,} lines a batch, {args['rounds']} rounds in "
+        f"{args['mode']}, {int(args['lines_per_batch']) * int(args.get('files_per_trigger', 1)):,} lines a "
+        f"batch, {args['rounds']} rounds in "
         f"alternating order; each host count's median round:\n\n" + table(mid, sizes[0]),
         phase_table(mid),
         "Paired per-round ratios of the steady batch median:\n\n" + paired_table(rounds, sizes),
@@ -349,6 +399,11 @@ def render(data: dict) -> str:
         parts.append(
             "The per-row work on the driver and on the executors (`spark.per_row_work`), the same "
             "rounds:\n\n" + where_table(everything, sizes, wheres)
+        )
+    if any(r.phase_cpu_s for r in everything):
+        parts.append(
+            "Where the Python driver's CPU goes, per batch phase (median over the rounds):\n\n"
+            + phase_cpu_table(everything, sizes, wheres)
         )
     return "\n\n".join(parts)
 
