@@ -260,12 +260,12 @@ def _hosts_run(hosts: int, where: str, round_: int, steady: float, py_cpu: float
         "round": round_,
         "wall_s": 10.0,
         "batch_s": [9.0, steady, steady],
-        "rows": 1_000_000,
+        "rows": 2_000_000,
         "py_cpu_s": py_cpu,
         "jvm_cpu_s": py_cpu / 2,
         "per_row_work": where,
         "master": master,
-        "phase_cpu_s": {"dedup_lookup": py_cpu / 2, "write_marker": 0.01},
+        "phase_cpu_s": {"dedup_lookup": py_cpu, "write_marker": 0.01},
     }
 
 
@@ -289,8 +289,8 @@ def test_the_hosts_bench_gives_each_way_and_grades_the_goal_on_the_drivers():
         "runs": runs,
     }  # fmt: skip
     text = scale.render(data)
-    assert "| 10,000 | executors | 0.50 | 0.50-0.50 | 2,000,000 | 1.50x (1.25-1.75) |" in text
-    assert "| 1,000,000 | driver | 4.00 | 4.00-4.00 | 250,000 | 1.00x (1.00-1.00) |" in text
+    assert "| 10,000 | executors | 0.25 | 0.25-0.25 | 4,000,000 | 1.50x (1.25-1.75) |" in text
+    assert "| 1,000,000 | driver | 2.00 | 2.00-2.00 | 500,000 | 1.00x (1.00-1.00) |" in text
     assert "driver JVM CPU" not in text  # local mode: the JVM's CPU holds the executors' work
     # per phase, s per M lines: 10k driver, 10k executors, 1M driver, 1M executors; write_marker
     # (0.01 s per M lines) is below what the table shows
@@ -300,6 +300,6 @@ def test_the_hosts_bench_gives_each_way_and_grades_the_goal_on_the_drivers():
     for run in runs:
         run["master"] = "spark://127.0.0.1:7177"
     assert (
-        "| 1,000,000 | executors | 1.00 | 1.00-1.00 | 1,000,000 | 4.00x (4.00-4.00) | 0.50 (0.50-0.50) |"
+        "| 1,000,000 | executors | 0.50 | 0.50-0.50 | 2,000,000 | 4.00x (4.00-4.00) | 0.25 (0.25-0.25) |"
         in (scale.render(data))
     )
