@@ -139,6 +139,9 @@ def hosts_rows(data: dict) -> list[list[str]]:
     ratios = hosts_scale.paired_ratios(rounds, base, top)
     per_m = hosts_scale.driver_cpu_per_million(rounds, top)
     where = f"driver CPU {median(per_m):.2f} s per M lines at {top:,} hosts" if per_m else ""
+    executors = [r for r in (hosts_scale.Run(**r) for r in data["runs"]) if r.per_row_work == "executors"]
+    if where and (on_executors := hosts_scale.driver_cpu_per_million(executors, top)):
+        where += f" ({median(on_executors):.2f} with spark.per_row_work: executors)"
     ok = median(ratios) <= hosts_scale.GOAL
     return [
         [

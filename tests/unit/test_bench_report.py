@@ -297,6 +297,9 @@ def test_the_hosts_bench_gives_each_way_and_grades_the_goal_on_the_drivers():
     assert "| dedup_lookup | 1.00 | 0.25 | 2.00 | 0.50 |" in text and "write_marker" not in text
     (row,) = goals.hosts_rows(data)
     assert row[1].startswith("1.25x (1.25-1.25, 3 rounds)") and row[3] == "met"
+    assert (
+        row[4] == "driver CPU 2.00 s per M lines at 1,000,000 hosts (0.50 with spark.per_row_work: executors)"
+    )
     for run in runs:
         run["master"] = "spark://127.0.0.1:7177"
     assert (
