@@ -54,6 +54,8 @@ import pyarrow.compute as pc
 
 from tidemark import retries
 from tidemark import tables as T
+from tidemark.suspects import HASH, suspects_of, suspects_on_executors
+from tidemark.suspects import at_or_below as _at_or_below
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -71,9 +73,6 @@ NO_OUT_OF_ORDER = pd.DataFrame(
         "progress_ms": pd.Series(dtype="int64"),
     }
 )
-# The column of the record key's 64-bit hash (tidemark.retries.key_hash) that exactly_once adds
-# in the parsing stage.
-HASH = "_id_hash"
 # Up to this many suspect rows in a batch are resolved on the driver; more by Spark.
 DRIVER_MAX_ROWS = 200_000
 # A batch read from at most this many bytes of files on this machine is collected whole by its
@@ -146,25 +145,11 @@ def deduplicate(
     :attr:`DedupResult.scanned` is None, and the driver receives the suspects only."""
     from pyspark.sql import functions as F
 
-    # A candidate's event time is at most its host's progress, so at most the highest progress:
-    # one comparison with a constant finds a superset of the candidates without joining the
-    # hosts (docs/benchmarks.md); the driver then tests each suspect against its host's.
     ceiling = progress.max_ms()
-    below = _at_or_below(ceiling) if ceiling is not None else F.lit(False)
-    # 1. Suspect hashes: repeated in the batch, or held by a row at or below the ceiling.
-    found, scanned = None, None
-    if on_executors and not whole:
-        suspect_hashes, n_suspects = suspects_on_executors(batch, below)
-    else:
-        found, scanned = _hash_pass(batch, below, columns, whole)
-        hashed = pc.is_valid(found[HASH])
-        suspect_hashes, n_suspects = suspects_of(
-            found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
-        )
+    found, scanned, suspect_hashes, n_suspects = _find_suspects(batch, ceiling, columns, whole, on_executors)
     lap("dedup_hashes")
     if whole and found is not None and found.num_rows <= whole_max_rows and n_suspects <= DRIVER_MAX_ROWS:
-        # a small batch stays on the driver whole, its catalog lookup too (a Spark read costs
-        # more than the few rows it looks for)
+        # small: on the driver whole, its catalog lookup too (a Spark read costs more)
         catalog = _Catalog(events_path, batch_id, horizon_ms)
         return _resolve_whole(found, scanned, batch, suspect_hashes, progress, catalog, lap)
     # executors: the catalog is read by Spark's Delta reader (on the executors), not on the driver
@@ -242,6 +227,26 @@ def _hash_pass(
     return found, pa.Table.from_struct_array(found["_scan"])
 
 
+def _find_suspects(
+    batch: DataFrame, ceiling: int | None, columns: Sequence[Column], whole: bool, on_executors: bool
+) -> tuple[pa.Table | None, pa.Table | None, np.ndarray, int]:
+    """Step 1, the suspect hashes: repeated in the batch, or held by a row at or below the
+    ``ceiling`` (the highest host progress). A candidate's event time is at most its host's
+    progress, so at most the ceiling: one comparison with a constant finds a superset of the
+    candidates without joining the hosts (docs/benchmarks.md); the driver then tests each
+    suspect against its host's. Returns the hash pass's rows (None when Spark found the
+    suspects), the ``columns`` it collected, the suspect hashes, and how many rows hold them."""
+    from pyspark.sql import functions as F
+
+    below = _at_or_below(ceiling) if ceiling is not None else F.lit(False)
+    if on_executors and not whole:
+        return (None, None, *suspects_on_executors(batch, below))
+    found, scanned = _hash_pass(batch, below, columns, whole)
+    hashed = pc.is_valid(found[HASH])
+    hashes, below_ = found[HASH].filter(hashed).to_numpy(), found["_below"].filter(hashed).to_numpy()
+    return (found, scanned, *suspects_of(hashes, below_))
+
+
 def _resolve_whole(
     found: pa.Table,
     scanned: pa.Table,
@@ -279,45 +284,6 @@ def _resolve_whole(
     )
 
 
-def suspects_of(hashes: np.ndarray, below: np.ndarray) -> tuple[np.ndarray, int]:
-    """The suspect hashes (sorted, unique) of a batch whose rows hold ``hashes`` (of their
-    record keys) and ``below`` (at or below the ceiling), and how many rows hold them: a hash is
-    a suspect when two rows hold it or a row below the ceiling does.
-
-    The batch's hashes come to the driver as Arrow (9 bytes a row) and are sorted once here:
-    at 5M rows ~1 s, against ~3 s for Spark's shuffle and hash aggregation over as many distinct
-    keys, nearly all seen once (docs/benchmarks.md)."""
-    if len(hashes) == 0:
-        return np.empty(0, np.int64), 0
-    ordered = np.sort(hashes)
-    same = ordered[1:] == ordered[:-1]
-    repeated = np.unique(ordered[1:][same])
-    in_repeat = int(np.count_nonzero(same)) + len(repeated)  # rows of repeated hashes
-    held_below = np.unique(hashes[below.astype(bool)])
-    alone_below = np.setdiff1d(held_below, repeated, assume_unique=True)  # one row each
-    return np.union1d(repeated, alone_below), in_repeat + len(alone_below)
-
-
-def suspects_on_executors(batch: DataFrame, below: Column) -> tuple[np.ndarray, int]:
-    """:func:`suspects_of` computed by Spark over ``batch``'s :data:`HASH` column and ``below``
-    (a Column): a shuffle of the 8-byte hashes, partially aggregated, so the driver receives one
-    row per suspect hash instead of one per row (``spark.per_row_work: executors``)."""
-    from pyspark.sql import functions as F
-
-    found = (
-        batch.where(F.col(HASH).isNotNull())
-        .groupBy(HASH)
-        .agg(F.count(F.lit(1)).alias("_rows"), F.max(below.cast("int")).alias("_below"))
-        .where((F.col("_rows") > 1) | (F.col("_below") == 1))
-        .select(HASH, "_rows")
-        .toArrow()
-    )
-    if not found.num_rows:
-        return np.empty(0, np.int64), 0
-    hashes = np.sort(found[HASH].to_numpy())
-    return hashes, int(pc.sum(found["_rows"]).as_py())
-
-
 def _suspect_ranges(suspects: DataFrame, ceiling: int | None) -> list[tuple[int, int]]:
     """Lookup ranges of many suspects, from the RANGE_GAP_MS buckets their times fall in (a few
     rows to collect), cut at the ceiling: a candidate's time is at most its host's progress."""
@@ -352,26 +318,6 @@ def time_ranges(
         breaks = np.sort(breaks[np.argsort(gaps[breaks], kind="stable")[::-1][: max_ranges - 1]])
     starts, ends = np.concatenate([[0], breaks + 1]), np.concatenate([breaks, [len(t) - 1]])
     return [(int(t[s]), int(t[e])) for s, e in zip(starts, ends, strict=True)]
-
-
-def _at_or_below(ceiling: int):
-    """``event_time <= ceiling``, with the ceiling out of the generated code.
-
-    Spark inlines a long literal into the Java it generates, so a ceiling that changes from batch
-    to batch would make every batch compile the stage again and run it cold (~0.1 s per 500k
-    rows); a decimal literal is passed to the code as a reference instead, and the compiled class
-    is reused. Times are clamped below 10^17 ms (year ~3.2 million) to fit ``decimal(18,0)``,
-    whose values are longs; a clamped time compares as at the clamp, which only adds suspects."""
-    from decimal import Decimal
-
-    from pyspark.sql import functions as F
-
-    clamp = 10**17
-    t = F.least(F.col("event_time"), F.lit(clamp)).cast(_DEC)
-    return t <= F.lit(Decimal(min(ceiling, clamp))).cast(_DEC)
-
-
-_DEC = "decimal(18,0)"
 
 
 @dataclass(frozen=True)
