@@ -55,17 +55,28 @@ RESULTS = Path(__file__).resolve().parent / "results"
 ENV_SETTINGS = ("MALLOC_ARENA_MAX", "TIDEMARK_JVM_OPTIONS", "TIDEMARK_SPARK_MASTER")
 
 
+def _code_state() -> tuple[str, str, bool]:
+    """(HEAD's short commit, its ``spark_jobs/`` tree, uncommitted changes there)."""
+
+    def git(*command: str) -> str:
+        return subprocess.run(["git", *command], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD"), git("rev-parse", "HEAD:spark_jobs"), _dirty("spark_jobs")
+
+
 def result_header(bench: str, args) -> dict:
     """What every raw result file starts with: the bench, when, on which commit and machine,
-    with which arguments."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    with which arguments. The commit is the one checked out when the bench started (the code
+    its process imported), not when it ended: a commit made during a run would otherwise label
+    figures it never measured."""
+    commit, tree, dirty = AT_START
     return {
         "bench": bench,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": commit.stdout.strip(),
-        # uncommitted changes when it ran: in the measured code (bench/report.py --check refuses
-        # the figures) and anywhere in the tree
-        "dirty": {"spark_jobs": _dirty("spark_jobs"), "tree": _dirty(".")},
+        "commit": commit,
+        # uncommitted changes when it ran, or the measured code changed during the run (then
+        # bench/report.py --check refuses the figures), and anywhere in the tree
+        "dirty": {"spark_jobs": dirty or _code_state()[1:] != (tree, dirty), "tree": _dirty(".")},
         "machine": machine_line(),
         "load": load_line(),
         "args": {k: str(v) for k, v in vars(args).items()},
@@ -80,6 +91,10 @@ def _dirty(path: str) -> bool:
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     return bool(done.stdout.strip())
+
+
+# The code a bench measures: what was checked out when its process started (this import).
+AT_START = _code_state()
 
 
 def write_results(bench: str, args, **figures) -> Path:

@@ -306,3 +306,19 @@ def test_the_hosts_bench_gives_each_way_and_grades_the_goal_on_the_drivers():
         "| 1,000,000 | executors | 0.50 | 0.50-0.50 | 2,000,000 | 4.00x (4.00-4.00) | 0.25 (0.25-0.25) |"
         in (scale.render(data))
     )
+
+
+def test_a_results_file_names_the_code_its_run_started_on(monkeypatch):
+    """The header's commit is the one checked out when the bench started (what its process
+    imported); a commit to spark_jobs/ during the run marks the figures as measured on other
+    code, so bench/report.py --check refuses them."""
+    import argparse
+
+    lib = _bench("benchlib")
+    monkeypatch.setattr(lib, "AT_START", ("abc1234", "tree-at-start", False))
+    monkeypatch.setattr(lib, "_code_state", lambda: ("def5678", "tree-at-start", False))
+    header = lib.result_header("hosts_scale", argparse.Namespace())
+    assert (header["commit"], header["dirty"]["spark_jobs"]) == ("abc1234", False)
+    monkeypatch.setattr(lib, "_code_state", lambda: ("def5678", "tree-changed", False))
+    header = lib.result_header("hosts_scale", argparse.Namespace())
+    assert (header["commit"], header["dirty"]["spark_jobs"]) == ("abc1234", True)
