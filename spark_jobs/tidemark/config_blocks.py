@@ -429,10 +429,11 @@ class SparkConfig(StrictModel):
     master: str | None = None
     shuffle_partitions: int = Field(default=4, ge=1)
     # Where a micro-batch's per-row work runs (tidemark.dedup, tidemark.batch): "driver" collects
-    # ~32 bytes a row (key hashes, per-host count columns) and sorts and groups them in the Python
-    # driver, the faster way on a few cores; "executors" finds the repeated hashes and groups per
-    # host with Spark, so the driver receives one row per host and per suspect (a cluster whose
-    # one driver core would otherwise cap the input rate: docs/deployment.md). Same rows either way.
+    # ~32 bytes a row (key hashes, per-host count columns), sorts and groups them in the Python
+    # driver and reads the retries' stored copies with delta-rs there, the faster way on a few
+    # cores; "executors" does those with Spark, so the driver receives a row per host and per
+    # suspect (a cluster whose one driver core would otherwise cap the input rate:
+    # docs/deployment.md). Same rows either way; a small batch collected whole stays on the driver.
     per_row_work: Literal["driver", "executors"] = "driver"
     conf: dict[str, Annotated[str | int | float | bool, BeforeValidator(_finite_conf)]] = Field(
         default_factory=dict

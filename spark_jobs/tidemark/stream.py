@@ -45,7 +45,6 @@ from tidemark import liveness
 from tidemark.batch import BatchProcessor
 from tidemark.checkpoint import ResumePoint, resume_point
 from tidemark.config import PipelineConfig
-from tidemark.dedup import HASH
 from tidemark.identity import ensure_identity
 from tidemark.lease import Fenced, Lease, holder_record
 from tidemark.maintenance import InStreamMaintenance
@@ -55,6 +54,7 @@ from tidemark.records import is_event_col, is_quarantined_col
 from tidemark.reset import reset_checkpoint
 from tidemark.retries import key_hash
 from tidemark.sources import parsed_source
+from tidemark.suspects import HASH
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
