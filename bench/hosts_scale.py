@@ -326,11 +326,7 @@ def where_table(rounds: list[Run], sizes: list[int], wheres: list[str]) -> str:
     rows = []
     for hosts in sizes:
         for where in wheres:
-            per_m = [
-                r.py_cpu_s / r.rows * 1e6
-                for r in rounds
-                if (r.hosts, r.per_row_work) == (hosts, where) and r.rows
-            ]
+            per_m = driver_cpu_per_million([r for r in rounds if r.per_row_work == where], hosts)
             ratios = [
                 median(run.steady) / median(by[(hosts, "driver", n)].steady)
                 for (h, w, n), run in by.items()

@@ -368,7 +368,8 @@ class _Catalog:
             return none
         if self.spark is not None:
             wanted = pa.Table.from_pandas(candidates[[*key, "arrival_ms"]], preserve_index=False)
-            by_spark = self.stored_spark(self.spark, self.spark.createDataFrame(wanted), ranges)
+            first = int(candidates["arrival_ms"].min())  # known here: no Spark job for it
+            by_spark = self.stored_spark(self.spark, self.spark.createDataFrame(wanted), ranges, first)
             return none if by_spark is None else by_spark.toArrow().to_pandas()
         found = self._read_locally(candidates, ranges)
         return none if found is None else found.merge(candidates[key].drop_duplicates(), on=key)
@@ -397,10 +398,16 @@ class _Catalog:
         return found[[*key, "last_ms"]]
 
     def stored_spark(
-        self, spark: SparkSession, suspects: DataFrame, ranges: list[tuple[int, int]]
+        self,
+        spark: SparkSession,
+        suspects: DataFrame,
+        ranges: list[tuple[int, int]],
+        first_arrival_ms: int | None = None,
     ) -> DataFrame | None:
         """Per key of ``suspects`` the catalog holds, ``last_ms``: the arrival of its latest
-        stored copy (read by Spark: many suspects); None when nothing can be stored."""
+        stored copy (read by Spark: many suspects); None when nothing can be stored.
+        ``first_arrival_ms``: the suspects' earliest arrival when the caller knows it (else a
+        Spark job finds it)."""
         from pyspark.sql import functions as F
 
         if not ranges or not T.table_exists(self.path):
@@ -412,8 +419,10 @@ class _Catalog:
         ingested = F.unix_millis("ingest_ts")
         arrived = F.coalesce(F.col("arrival_ms"), ingested) if "arrival_ms" in table.columns else ingested
         key = list(retries.RETRY_KEY)
-        first = suspects.select(F.min("arrival_ms")).first()
-        since = None if first is None else first[0]
+        since = first_arrival_ms
+        if since is None:
+            first = suspects.select(F.min("arrival_ms")).first()
+            since = None if first is None else first[0]
         stored = table.where((F.col("batch_id") < self.batch_id) & in_ranges).select(
             *key, arrived.alias("last_ms")
         )
