@@ -133,14 +133,15 @@ def _duration_s(text: str) -> float:
 def hosts_rows(data: dict) -> list[list[str]]:
     import hosts_scale
 
-    rounds = hosts_scale.driver_runs(data)
+    rounds = hosts_scale.runs_on(data)
     sizes = [int(h) for h in data["args"]["hosts"].split(",")]
     base, top = sizes[0], sizes[-1]
     ratios = hosts_scale.paired_ratios(rounds, base, top)
     per_m = hosts_scale.driver_cpu_per_million(rounds, top)
     where = f"driver CPU {median(per_m):.2f} s per M lines at {top:,} hosts" if per_m else ""
-    executors = [r for r in (hosts_scale.Run(**r) for r in data["runs"]) if r.per_row_work == "executors"]
-    if where and (on_executors := hosts_scale.driver_cpu_per_million(executors, top)):
+    if where and (
+        on_executors := hosts_scale.driver_cpu_per_million(hosts_scale.runs_on(data, "executors"), top)
+    ):
         where += f" ({median(on_executors):.2f} with spark.per_row_work: executors)"
     ok = median(ratios) <= hosts_scale.GOAL
     return [

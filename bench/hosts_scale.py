@@ -311,9 +311,10 @@ def per_row_work(data: dict) -> list[str]:
     return data["args"].get("per_row_work", "driver").split(",")
 
 
-def driver_runs(data: dict) -> list[Run]:
-    """The runs with the per-row work on the driver (the default), which the goal grades."""
-    return [r for r in (Run(**r) for r in data["runs"]) if r.per_row_work == "driver"]
+def runs_on(data: dict, where: str = "driver") -> list[Run]:
+    """The runs with the per-row work on ``where``; the driver's (the default) are the ones the
+    goal grades."""
+    return [r for r in (Run(**r) for r in data["runs"]) if r.per_row_work == where]
 
 
 def where_table(rounds: list[Run], sizes: list[int], wheres: list[str]) -> str:
@@ -374,7 +375,7 @@ def render(data: dict) -> str:
     the two side by side."""
     args = data["args"]
     everything = [Run(**r) for r in data["runs"]]
-    rounds = driver_runs(data)
+    rounds = runs_on(data)
     sizes = [int(h) for h in args["hosts"].split(",")]
     mid = {}
     for h in sizes:
